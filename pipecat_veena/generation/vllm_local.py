@@ -231,7 +231,7 @@ class VllmGenerator(TokenGenerator):
             await self._llm.abort(request_id)
 
     def num_unfinished(self) -> int:
-        """vLLM's own count of requests it still holds."""
+        """Return vLLM's own count of requests it still holds."""
         if self._llm is None or self._closed:
             return 0
         return int(self._llm.get_num_unfinished_requests())

@@ -1,0 +1,178 @@
+"""Model families: what differs between BiCodec (Spark-TTS / Veena3) and SNAC (Veena / Orpheus).
+
+A ``ModelFormat`` bundles, for one loaded checkpoint, the token inventory (read from its
+tokenizer), the prompt builder, the stream parser, the voices and the sampling defaults. The
+engine talks to this one interface and never branches on the family itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pipecat_veena.checkpoint import CheckpointLayout
+from pipecat_veena.errors import TokenizerError
+from pipecat_veena.generation import SamplingOptions
+from pipecat_veena.prompts import SparkPrompts, TextEncoder, VeenaPrompts, Voice
+from pipecat_veena.text import max_speech_seconds
+from pipecat_veena.tokens import BiCodecIds, BiCodecParser, SnacIds, SnacParser
+from pipecat_veena.voices import VoiceBook, spark_voices, veena_voices
+
+#: Tokens the model may spend on markers and style tokens around the globals (acoustic block,
+#: start/end markers) before the first semantic token.
+_PREFIX_MARKER_ALLOWANCE = 16
+
+
+def load_tokenizer(llm_dir: Path) -> Any:
+    """The LLM's fast tokenizer (``tokenizers.Tokenizer``) from tokenizer.json."""
+    from tokenizers import Tokenizer
+
+    path = llm_dir / "tokenizer.json"
+    if path.is_file():
+        return Tokenizer.from_file(str(path))
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(llm_dir), use_fast=True).backend_tokenizer
+    except Exception as e:
+        raise TokenizerError(
+            f"{llm_dir}: no tokenizer.json and no fast tokenizer could be built ({e}); "
+            "save the tokenizer with save_pretrained() to get a tokenizer.json"
+        ) from e
+
+
+@dataclass(frozen=True)
+class VoicePrint:
+    """What pins a BiCodec voice: the generated prefix tokens and the global codes in them."""
+
+    prefix: tuple[int, ...]
+    globals: tuple[int, ...]
+
+
+class ModelFormat:
+    """Family-specific behaviour behind one interface (see the module docstring)."""
+
+    #: "bicodec" or "snac".
+    family: str
+    voices: VoiceBook
+    default_sampling: SamplingOptions
+
+    def prompt(self, text: str, voice: Voice, pinned: VoicePrint | None) -> list[int]:
+        """Prompt ids for one part of an utterance."""
+        raise NotImplementedError
+
+    def parser(self, *, prefilled: bool) -> BiCodecParser | SnacParser:
+        """A fresh parser for one generated part."""
+        raise NotImplementedError
+
+    def budget(self, text: str, *, prefilled: bool, tokens_per_second: float) -> tuple[int, int]:
+        """(min_tokens, max_tokens) for a part: max is the runaway cap derived from the text."""
+        raise NotImplementedError
+
+    def options(
+        self, base: SamplingOptions, text: str, *, prefilled: bool, rate: float
+    ) -> SamplingOptions:
+        """Per-part sampling options: the caller's, with this family's stops and token budget."""
+        low, high = self.budget(text, prefilled=prefilled, tokens_per_second=rate)
+        return replace(base, min_tokens=low, max_tokens=high, stop_token_ids=self.stop_ids)
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Ids that end a part."""
+        raise NotImplementedError
+
+    @property
+    def control_ids(self) -> frozenset[int]:
+        """Ids user text must never produce."""
+        raise NotImplementedError
+
+
+class BiCodecFormat(ModelFormat):
+    """Spark-TTS-0.5B and Veena3 (BiCodec semantic + global tokens)."""
+
+    family = "bicodec"
+    default_sampling = SamplingOptions(temperature=0.8, top_k=50, top_p=0.95)
+
+    def __init__(self, layout: CheckpointLayout, tokenizer: Any, num_globals: int) -> None:
+        self.ids = BiCodecIds.from_lookup(tokenizer.token_to_id)
+        self.num_globals = num_globals
+        self.voices = spark_voices(layout.root, num_globals)
+        self.encoder = TextEncoder(tokenizer, self.voices.emotion_tags)
+        self.prompts = SparkPrompts(self.ids, self.encoder, self.voices.template)
+
+    def prompt(self, text: str, voice: Voice, pinned: VoicePrint | None) -> list[int]:
+        """Prompt ids; a pinned voice's prefix is appended so only semantics follow."""
+        return self.prompts.build(text, voice, pinned.prefix if pinned else ())
+
+    def parser(self, *, prefilled: bool) -> BiCodecParser:
+        """A parser expecting the voice prefix unless it is prefilled."""
+        return BiCodecParser(self.ids, self.num_globals, prefilled=prefilled)
+
+    def budget(self, text: str, *, prefilled: bool, tokens_per_second: float) -> tuple[int, int]:
+        """Room for the voice prefix (unless prefilled) plus the runaway cap of semantics."""
+        prefix = 0 if prefilled else self.num_globals + _PREFIX_MARKER_ALLOWANCE
+        speech = math.ceil(max_speech_seconds(text) * tokens_per_second)
+        return (self.num_globals + 3 if not prefilled else 1), prefix + speech
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """``<|im_end|>`` (and ``<|end_semantic_token|>`` when the tokenizer has it)."""
+        return self.prompts.stop_ids
+
+    @property
+    def control_ids(self) -> frozenset[int]:
+        """Markers, labels, eos, and every global and semantic id."""
+        ids = self.ids
+        codec = set(range(ids.global_base, ids.global_base + ids.num_global_codes))
+        codec |= set(range(ids.semantic_base, ids.semantic_base + ids.num_semantic_codes))
+        return ids.control_ids | codec
+
+
+class SnacFormat(ModelFormat):
+    """Veena / Orpheus (7-token SNAC frames at 24 kHz)."""
+
+    family = "snac"
+    # Veena's published settings (model card): T 0.4, top_p 0.9, repetition penalty 1.05.
+    default_sampling = SamplingOptions(
+        temperature=0.4, top_k=0, top_p=0.9, repetition_penalty=1.05
+    )
+
+    def __init__(self, layout: CheckpointLayout, tokenizer: Any, slots: int = 7) -> None:
+        self.ids = SnacIds.from_lookup(tokenizer.token_to_id, slots=slots)
+        self.voices = veena_voices(layout.root)
+        self.encoder = TextEncoder(tokenizer, self.voices.emotion_tags)
+        self.prompts = VeenaPrompts(self.ids, self.encoder)
+
+    def prompt(self, text: str, voice: Voice, pinned: VoicePrint | None) -> list[int]:
+        """Prompt ids (SNAC voices are speaker tags: nothing to pin)."""
+        return self.prompts.build(text, voice)
+
+    def parser(self, *, prefilled: bool) -> SnacParser:
+        """A parser of slot-ordered SNAC codes."""
+        return SnacParser(self.ids)
+
+    def budget(self, text: str, *, prefilled: bool, tokens_per_second: float) -> tuple[int, int]:
+        """At least one frame; at most the runaway cap, in whole frames."""
+        slots = self.ids.slots
+        speech = math.ceil(max_speech_seconds(text) * tokens_per_second / slots) * slots
+        return slots, speech + 1
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """END_OF_SPEECH and END_OF_AI."""
+        return self.prompts.stop_ids
+
+    @property
+    def control_ids(self) -> frozenset[int]:
+        """The ten control ids and every audio code id."""
+        ids = self.ids
+        return frozenset(range(ids.base, ids.audio_base + ids.slots * ids.codebook_size))
+
+
+def load_format(layout: CheckpointLayout, tokenizer: Any, condition_size: int) -> ModelFormat:
+    """The format of a checkpoint, its ids checked against its tokenizer."""
+    if layout.family == "bicodec":
+        return BiCodecFormat(layout, tokenizer, condition_size)
+    return SnacFormat(layout, tokenizer)
