@@ -1,0 +1,65 @@
+"""Sentence/clause splitting (Latin and Devanagari), speakability and the runaway budget."""
+
+import pytest
+
+from pipecat_veena.text import is_speakable, max_speech_seconds, split_text
+
+
+def test_splits_at_latin_and_devanagari_sentence_ends():
+    text = "नमस्ते! Welcome to the demo. यह एक परीक्षण है। And another one? ok"
+    assert split_text(text, max_chars=30) == [
+        "नमस्ते! Welcome to the demo.",
+        "यह एक परीक्षण है।",
+        "And another one? ok",
+    ]
+
+
+def test_packs_short_sentences_within_budget():
+    text = "One. Two. Three. Four."
+    assert split_text(text, max_chars=220) == ["One. Two. Three. Four."]
+    assert split_text(text, max_chars=10) == ["One. Two.", "Three.", "Four."]
+
+
+def test_danda_without_space_still_splits():
+    assert split_text("पहला वाक्य।दूसरा वाक्य।", max_chars=12) == ["पहला वाक्य।", "दूसरा वाक्य।"]
+
+
+def test_long_sentence_splits_at_clauses_then_words():
+    sentence = "first clause here, second clause there; " + "word " * 40
+    parts = split_text(sentence, max_chars=40)
+    assert all(len(p) <= 40 for p in parts)
+    assert " ".join(parts).split() == sentence.split()
+    assert parts[0] == "first clause here, second clause there;"
+
+
+def test_a_word_longer_than_the_budget_is_cut_not_lost():
+    parts = split_text("x" * 95, max_chars=40)
+    assert [len(p) for p in parts] == [40, 40, 15]
+
+
+@pytest.mark.parametrize("text", ["", "   ", "<laugh>", "** __ ##", "[pause] <sigh>", "...!"])
+def test_nothing_speakable_gives_no_parts(text):
+    assert not is_speakable(text)
+    assert split_text(text) == []
+
+
+@pytest.mark.parametrize("text", ["a", "42", "नमस्ते", "<laugh> hi"])
+def test_speakable(text):
+    assert is_speakable(text)
+
+
+def test_no_text_is_lost_over_many_sentences():
+    text = " ".join(f"Sentence number {i} is here." for i in range(50))
+    parts = split_text(text, max_chars=100)
+    assert all(len(p) <= 100 for p in parts)
+    assert " ".join(parts) == text
+
+
+def test_max_speech_seconds_grows_with_text_and_has_a_floor():
+    assert max_speech_seconds("hi") == 3.0
+    assert max_speech_seconds("x" * 200) == pytest.approx(50.0)
+
+
+def test_bad_budget_is_an_error():
+    with pytest.raises(ValueError, match="max_chars"):
+        split_text("hello", max_chars=0)
