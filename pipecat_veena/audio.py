@@ -89,3 +89,32 @@ def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
         if f.getnchannels() != 1 or f.getsampwidth() != BYTES_PER_SAMPLE:
             raise ValueError(f"{path}: expected mono 16-bit PCM")
         return np.frombuffer(f.readframes(f.getnframes()), dtype="<i2"), f.getframerate()
+
+
+class ProgressiveFramer:
+    """Cuts a stream of PCM into frames that start small and grow (20, 40, 80, 160, 200 ms).
+
+    Small first frames reach the listener sooner; larger later frames cost less per frame.
+    Nothing is held back: every byte given to ``split`` comes out of that call.
+
+    Args:
+        sample_rate: rate of the PCM.
+        first_ms: duration of the first frame.
+        max_ms: the size frames grow to.
+    """
+
+    def __init__(self, sample_rate: int, *, first_ms: int = 20, max_ms: int = 200) -> None:
+        self._bytes_per_ms = sample_rate * BYTES_PER_SAMPLE / 1000
+        self._next_ms = first_ms
+        self._max_ms = max_ms
+
+    def split(self, pcm: bytes) -> list[bytes]:
+        """Cut ``pcm`` (int16 bytes) into frames of growing size, in order."""
+        frames = []
+        offset = 0
+        while offset < len(pcm):
+            size = int(self._next_ms * self._bytes_per_ms) & ~1
+            frames.append(pcm[offset : offset + size])
+            offset += size
+            self._next_ms = min(self._next_ms * 2, self._max_ms)
+        return frames

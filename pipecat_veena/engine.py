@@ -129,7 +129,7 @@ class VeenaEngine:
         self._pinned: dict[str, VoicePrint] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running = False
-        self._active = 0
+        self._inflight: dict[str, _Request] = {}
         self._requests = 0
 
     def __str__(self) -> str:
@@ -230,7 +230,7 @@ class VeenaEngine:
         """Live counters: active streams, vLLM's unfinished requests, decode batching."""
         batch = self._batcher.stats() if self._batcher is not None else {}
         return {
-            "active_streams": self._active,
+            "active_streams": len(self._inflight),
             "unfinished_requests": self._generator.num_unfinished() if self._generator else 0,
             "decode_batch_mean": batch.get("mean_batch_size", 0.0),
             "decode_batches": batch.get("batches", 0),
@@ -303,15 +303,26 @@ class VeenaEngine:
             logger.debug(f"{self}: nothing speakable in {text!r}")
             return
         rid = f"{request_id or 'tts'}-{uuid.uuid4().hex[:12]}"
-        self._active += 1
+        request = _Request(self, fmt, rid, voice_obj, options, max_tokens)
+        self._inflight[rid] = request
         self._requests += 1
         try:
-            request = _Request(self, fmt, rid, voice_obj, options, max_tokens)
             async with aclosing(request.run(parts)) as chunks:
                 async for chunk in chunks:
                     yield chunk
         finally:
-            self._active -= 1
+            del self._inflight[rid]
+
+    async def abort(self, request_id: str) -> int:
+        """Stop every in-flight stream started with ``request_id``; returns how many.
+
+        Their LLM requests are aborted at once and their iterators end without error. Closing
+        or cancelling a ``stream()`` iterator does the same for that one stream.
+        """
+        hits = [r for rid, r in self._inflight.items() if rid.startswith(f"{request_id}-")]
+        for request in hits:
+            await request.abort()
+        return len(hits)
 
 
 def _load_codec(layout: Any, cfg: EngineConfig) -> AudioCodec:
@@ -356,6 +367,8 @@ class _Request:
         self.pinned = engine._pinned.get(voice.name) if engine.config.pin_voices else None
         self.tokens = 0
         self.samples = 0
+        self.aborted = False
+        self.llm_request_id: str | None = None
         self.started = time.perf_counter()
         per_second = codec.frame_rate * codec.codes_per_frame
         self.guard = RepetitionGuard(
@@ -371,8 +384,11 @@ class _Request:
             async with aclosing(self._run_part(index, part)) as chunks:
                 async for chunk in chunks:
                     yield chunk
-            if self.guard.tripped:
+            if self.guard.tripped or self.aborted:
                 break
+        if self.aborted:
+            logger.debug(f"{engine}: {self.rid} aborted")
+            return
         if self.decoder is not None:
             for job in self.decoder.plan_finish():
                 chunk = await self._decode(job)
@@ -404,8 +420,11 @@ class _Request:
         parser = fmt.parser(prefilled=prefilled)
         generator = self.engine._generator
         reason = None
-        async with aclosing(generator.generate(prompt, options, f"{self.rid}-{index}")) as deltas:
+        self.llm_request_id = f"{self.rid}-{index}"
+        async with aclosing(generator.generate(prompt, options, self.llm_request_id)) as deltas:
             async for delta in deltas:
+                if self.aborted:
+                    return
                 self.tokens += len(delta.token_ids)
                 reason = delta.finish_reason
                 codes = parser.feed(delta.token_ids)
@@ -421,6 +440,8 @@ class _Request:
                         )
                     for job in self.decoder.plan(codes):
                         chunk = await self._decode(job)
+                        if self.aborted:
+                            return
                         if chunk is not None:
                             yield chunk
                 if parser.done or self.guard.tripped:
@@ -430,6 +451,12 @@ class _Request:
                 f"{self.rid}: part {index} hit the runaway cap ({options.max_tokens} tokens) "
                 "for its text length; stopped it"
             )
+
+    async def abort(self) -> None:
+        """Stop this request: abort its LLM request now; its iterator then ends quietly."""
+        self.aborted = True
+        if self.llm_request_id is not None:
+            await self.engine._generator.abort(self.llm_request_id)
 
     def _voice_ready(self, parser: Any) -> bool:
         if self.fmt.family != "bicodec":
