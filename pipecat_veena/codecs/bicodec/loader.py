@@ -1,0 +1,169 @@
+"""Loads a BiCodec checkpoint (``config.yaml`` + ``model.safetensors``) into a BiCodecDecoder.
+
+The model is built on the meta device and given storage once; then each decode tensor is read on
+its own (safetensors ``safe_open``), weight norm is folded, and the result is copied into place,
+so memory never holds a second copy of the weights. Encode-only tensors are never read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from loguru import logger
+from safetensors import safe_open
+from torch import Tensor, nn
+
+from pipecat_veena.codecs.bicodec.config import BiCodecConfig
+from pipecat_veena.codecs.bicodec.model import BiCodecDecoder
+from pipecat_veena.codecs.bicodec.modules import FoldedConv1d, FoldedConvTranspose1d
+from pipecat_veena.errors import CheckpointError
+
+CONFIG_FILE = "config.yaml"
+WEIGHTS_FILE = "model.safetensors"
+BICODEC_DIR = "BiCodec"
+
+#: The three spellings of a weight-normed conv's weight: (magnitude, direction) pairs, or plain.
+_WN_SPELLINGS = (
+    ("weight_g", "weight_v"),
+    ("parametrizations.weight.original0", "parametrizations.weight.original1"),
+)
+
+
+def resolve_bicodec_dir(path: str | Path) -> Path:
+    """Return the directory holding ``config.yaml`` and ``model.safetensors``.
+
+    Args:
+        path: a ``BiCodec/`` directory, or a checkpoint root with a ``BiCodec/`` sub-directory.
+
+    Raises:
+        CheckpointError: neither ``path`` nor ``path/BiCodec`` holds both files.
+    """
+    path = Path(path)
+    for candidate in (path, path / BICODEC_DIR):
+        if (candidate / CONFIG_FILE).is_file() and (candidate / WEIGHTS_FILE).is_file():
+            return candidate
+    raise CheckpointError(
+        f"{path}: no BiCodec checkpoint here or in {path / BICODEC_DIR} (need {CONFIG_FILE} and "
+        f"{WEIGHTS_FILE}). Pass the BiCodec/ directory or the checkpoint root that contains it."
+    )
+
+
+def fold_weight_norm(g: Tensor, v: Tensor) -> Tensor:
+    """Fold a weight-norm pair into a plain weight: ``w = g * v / ||v||``.
+
+    The norm runs over every dim where ``g`` has size 1 (no epsilon, as torch's weight norm):
+    per output channel for a Conv1d (g (out, 1, 1)), per input channel for a ConvTranspose1d
+    (weight (in, out, k), g (in, 1, 1)). Computed in float32.
+    """
+    g, v = g.float(), v.float()
+    dims = [d for d in range(v.dim()) if g.shape[d] == 1]
+    return v * (g / torch.linalg.vector_norm(v, dim=dims, keepdim=True))
+
+
+class _Reader:
+    """Reads decode tensors from one safetensors file, with errors that name file and key."""
+
+    def __init__(self, handle, path: Path, config_path: Path) -> None:
+        self.handle, self.path, self.config_path = handle, path, config_path
+        self.keys = set(handle.keys())
+        self.used: set[str] = set()
+
+    def get(self, key: str, expected: tuple[int, ...] | None = None) -> Tensor:
+        if key not in self.keys:
+            self.missing(key)
+        tensor = self.handle.get_tensor(key)
+        if expected is not None and tuple(tensor.shape) != expected:
+            self.mismatch(key, expected, tuple(tensor.shape))
+        self.used.add(key)
+        return tensor
+
+    def missing(self, key: str, alternatives: tuple[str, ...] = ()) -> None:
+        also = (
+            f" (also looked for {', '.join(repr(a) for a in alternatives)})" if alternatives else ""
+        )
+        raise CheckpointError(
+            f"{self.path}: missing decode tensor '{key}'{also}. The weights do not match "
+            f"{self.config_path}; use the model.safetensors that ships with this config.yaml."
+        )
+
+    def mismatch(self, key: str, expected: tuple[int, ...], found: tuple[int, ...]) -> None:
+        raise CheckpointError(
+            f"{self.path}: tensor '{key}' has shape {found}, expected {expected} for the config in "
+            f"{self.config_path}; use the model.safetensors that ships with this config.yaml."
+        )
+
+    def conv_weight(self, prefix: str, expected: tuple[int, ...]) -> Tensor:
+        """A weight-normed conv's folded weight, from whichever spelling the file uses."""
+        for g_name, v_name in _WN_SPELLINGS:
+            g_key, v_key = prefix + g_name, prefix + v_name
+            if g_key in self.keys or v_key in self.keys:
+                v = self.get(v_key, expected)
+                g = self.get(g_key)
+                ok = g.dim() == v.dim() and all(
+                    a in (1, b) for a, b in zip(g.shape, v.shape, strict=True)
+                )
+                if not ok:
+                    self.mismatch(g_key, (expected[0],) + (1,) * (len(expected) - 1), g.shape)
+                return fold_weight_norm(g, v)
+        if prefix + "weight" in self.keys:
+            return self.get(prefix + "weight", expected)
+        self.missing(prefix + "weight_v", tuple(prefix + s for _, s in _WN_SPELLINGS[1:]))
+        raise AssertionError("unreachable")
+
+
+def _tensor_sources(model: nn.Module, reader: _Reader) -> list[tuple[Tensor, Callable[[], Tensor]]]:
+    """Pair every parameter of ``model`` with a function that reads its value from the file."""
+    sources = []
+    for module_name, module in model.named_modules():
+        prefix = f"{module_name}." if module_name else ""
+        folded = isinstance(module, FoldedConv1d | FoldedConvTranspose1d)
+        for name, param in module.named_parameters(recurse=False):
+            shape, key = tuple(param.shape), prefix + name
+            if folded and name == "weight":
+                sources.append((param, lambda p=prefix, s=shape: reader.conv_weight(p, s)))
+            else:
+                sources.append((param, lambda k=key, s=shape: reader.get(k, s)))
+    return sources
+
+
+def load_decoder(
+    path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> BiCodecDecoder:
+    """Build a BiCodecDecoder from a checkpoint (see :meth:`BiCodecDecoder.from_pretrained`).
+
+    Raises:
+        CheckpointError: missing files, unreadable weights, a missing decode tensor, a shape that
+            does not match the config, or a config without the needed blocks.
+    """
+    start = time.perf_counter()
+    directory = resolve_bicodec_dir(path)
+    config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
+    config = BiCodecConfig.from_yaml(config_path)
+    with torch.device("meta"):
+        model = BiCodecDecoder(config)
+    model = model.to(dtype).to_empty(device=device)
+    try:
+        handle_cm = safe_open(str(weights_path), framework="pt", device="cpu")
+        handle = handle_cm.__enter__()
+    except Exception as e:  # safetensors raises its own error types for a bad header
+        raise CheckpointError(
+            f"{weights_path}: cannot read the safetensors file ({e}). Re-download or rebuild "
+            "the BiCodec checkpoint."
+        ) from e
+    try:
+        reader = _Reader(handle, weights_path, config_path)
+        with torch.no_grad():
+            for param, read in _tensor_sources(model, reader):
+                param.copy_(read().to(dtype))
+    finally:
+        handle_cm.__exit__(None, None, None)
+    model.requires_grad_(False).eval()
+    logger.debug(
+        f"BiCodec decoder loaded from {directory} in {time.perf_counter() - start:.2f} s: "
+        f"{len(reader.used)} tensors used, {len(reader.keys - reader.used)} encode-only skipped, "
+        f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params, {dtype} on {device}"
+    )
+    return model

@@ -1,0 +1,239 @@
+"""BiCodec decode blocks: Vocos ConvNeXt backbone (prenet) and DAC-style wave generator.
+
+Letters: B batch, C channels, T time steps at the block's own rate. Every block takes an optional
+``mask`` (B, 1, T) of ones on real steps and zeros on padding, and zeroes the padded steps before
+every conv that mixes time, so that a right-padded batch item computes exactly what it would alone.
+Per-step ops (norms, linears, Snake) may leave garbage on padded steps: the next time-mixing conv
+never sees it. Weight-normed convs of the reference are plain convs here (folded at load); the
+classes :class:`FoldedConv1d` / :class:`FoldedConvTranspose1d` mark them for the loader.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pipecat_veena.codecs.bicodec.config import (
+    DOWNSAMPLE_LAYERS,
+    RESIDUAL_DILATIONS,
+    VOCOS_KERNEL,
+    WAVE_KERNEL,
+    PrenetConfig,
+    WaveGeneratorConfig,
+)
+
+#: Added to Snake's alpha before the reciprocal, as in the reference (avoids 1/0).
+SNAKE_EPS = 1e-9
+#: LayerNorm / AdaLN epsilon of the Vocos blocks.
+NORM_EPS = 1e-6
+
+
+class FoldedConv1d(nn.Conv1d):
+    """A Conv1d stored with weight norm in the checkpoint, folded into ``weight`` at load."""
+
+
+class FoldedConvTranspose1d(nn.ConvTranspose1d):
+    """A ConvTranspose1d stored with weight norm (norm per *input* channel), folded at load."""
+
+
+def masked(x: Tensor, mask: Tensor | None) -> Tensor:
+    """Zero the padded time steps of ``x`` (B, C, T) where ``mask`` (B, 1, T) is 0."""
+    return x if mask is None else x * mask
+
+
+def _inplace_ok(x: Tensor) -> bool:
+    """In-place updates are safe when autograd does not need the tensor (inference)."""
+    return not (torch.is_grad_enabled() and x.requires_grad)
+
+
+class Snake1d(nn.Module):
+    """Snake activation ``y = x + sin(alpha * x)^2 / (alpha + 1e-9)``, per channel."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(1, channels, 1))
+
+    def forward(self, x: Tensor, *, inplace: bool = False) -> Tensor:
+        """Apply Snake to x (B, C, T); with ``inplace`` the result overwrites x."""
+        s = torch.mul(x, self.alpha).sin_()
+        s.mul_(s).mul_((self.alpha + SNAKE_EPS).reciprocal())
+        if inplace and _inplace_ok(x):
+            return x.add_(s)
+        return s.add_(x)
+
+
+class AdaLayerNorm(nn.Module):
+    """LayerNorm without affine, then a per-item scale and shift computed from the condition."""
+
+    def __init__(self, condition_dim: int, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+        self.scale = nn.Linear(condition_dim, dim)
+        self.shift = nn.Linear(condition_dim, dim)
+
+    def forward(self, x: Tensor, cond: Tensor) -> Tensor:
+        """Normalise x (B, T, C) and modulate it with cond (B, condition_dim)."""
+        y = F.layer_norm(x, (self.dim,), eps=NORM_EPS)
+        return torch.addcmul(self.shift(cond)[:, None, :], y, self.scale(cond)[:, None, :])
+
+
+class ConvNeXtBlock(nn.Module):
+    """Depthwise conv (k7) -> norm -> MLP (GELU) -> layer scale, with a residual."""
+
+    def __init__(self, dim: int, intermediate_dim: int, condition_dim: int | None) -> None:
+        super().__init__()
+        pad = (VOCOS_KERNEL - 1) // 2
+        self.dwconv = nn.Conv1d(dim, dim, VOCOS_KERNEL, padding=pad, groups=dim)
+        self.norm = (
+            AdaLayerNorm(condition_dim, dim) if condition_dim else nn.LayerNorm(dim, eps=NORM_EPS)
+        )
+        self.pwconv1 = nn.Linear(dim, intermediate_dim)
+        self.pwconv2 = nn.Linear(intermediate_dim, dim)
+        self.gamma = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor, cond: Tensor | None, mask: Tensor | None) -> Tensor:
+        """x (B, C, T) -> (B, C, T)."""
+        y = self.dwconv(masked(x, mask)).transpose(1, 2)  # (B, C, T) -> (B, T, C)
+        y = self.norm(y, cond) if cond is not None else self.norm(y)
+        y = self.pwconv2(F.gelu(self.pwconv1(y)))
+        y = (y * self.gamma).transpose(1, 2)  # (B, T, C) -> (B, C, T)
+        return x.add_(y) if _inplace_ok(x) else x + y
+
+
+class VocosBackbone(nn.Module):
+    """Embed conv (k7) -> norm -> ConvNeXt blocks -> final LayerNorm."""
+
+    def __init__(
+        self, dim: int, intermediate_dim: int, num_layers: int, condition_dim: int | None = None
+    ) -> None:
+        super().__init__()
+        pad = (VOCOS_KERNEL - 1) // 2
+        self.embed = nn.Conv1d(dim, dim, VOCOS_KERNEL, padding=pad)
+        self.norm = (
+            AdaLayerNorm(condition_dim, dim) if condition_dim else nn.LayerNorm(dim, eps=NORM_EPS)
+        )
+        self.convnext = nn.ModuleList(
+            ConvNeXtBlock(dim, intermediate_dim, condition_dim) for _ in range(num_layers)
+        )
+        self.final_layer_norm = nn.LayerNorm(dim, eps=NORM_EPS)
+
+    def forward(self, x: Tensor, cond: Tensor | None, mask: Tensor | None) -> Tensor:
+        """x (B, C, T) -> (B, T, C)."""
+        x = self.embed(masked(x, mask)).transpose(1, 2)  # (B, C, T) -> (B, T, C)
+        x = self.norm(x, cond) if cond is not None else self.norm(x)
+        x = x.transpose(1, 2)  # (B, T, C) -> (B, C, T)
+        for block in self.convnext:
+            x = block(x, cond, mask)
+        return self.final_layer_norm(x.transpose(1, 2))  # (B, C, T) -> (B, T, C)
+
+
+class _TripleSkip(nn.Module):
+    """The reference's SamplingBlock at ratio 1: conv path and both skips are x, so 3 * x."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, C) -> 3 * x as (B, C, T)."""
+        return (x * 3).transpose(1, 2)  # (B, T, C) -> (B, C, T)
+
+
+class Prenet(nn.Module):
+    """Feature decoder: quantized semantic features + speaker vector -> generator input."""
+
+    def __init__(self, cfg: PrenetConfig) -> None:
+        super().__init__()
+        self.use_tanh_at_final = cfg.use_tanh_at_final
+        self.linear_pre = nn.Linear(cfg.input_channels, cfg.vocos_dim)
+        dim, inter = cfg.vocos_dim, cfg.vocos_intermediate_dim
+        self.downsample = nn.ModuleList(
+            nn.ModuleList([_TripleSkip(), VocosBackbone(dim, inter, DOWNSAMPLE_LAYERS)])
+            for _ in cfg.sample_ratios
+        )
+        self.vocos_backbone = VocosBackbone(dim, inter, cfg.vocos_num_layers, cfg.condition_dim)
+        self.linear = nn.Linear(cfg.vocos_dim, cfg.out_channels)
+
+    def forward(self, z: Tensor, cond: Tensor, mask: Tensor | None) -> Tensor:
+        """z (B, T, input_channels), cond (B, condition_dim) -> (B, out_channels, T)."""
+        x = self.linear_pre(z)
+        for skip, backbone in self.downsample:
+            x = backbone(skip(x), None, mask)
+        x = self.vocos_backbone(x.transpose(1, 2), cond, mask)  # (B, T, C) -> (B, C, T) in
+        x = self.linear(x)
+        if self.use_tanh_at_final:
+            x = torch.tanh(x)
+        return x.transpose(1, 2)  # (B, T, C) -> (B, C, T)
+
+
+class ResidualUnit(nn.Module):
+    """x + conv1(snake(conv7_dilated(snake(x))))."""
+
+    def __init__(self, dim: int, dilation: int) -> None:
+        super().__init__()
+        pad = dilation * (WAVE_KERNEL - 1) // 2
+        self.block = nn.ModuleList(
+            [
+                Snake1d(dim),
+                FoldedConv1d(dim, dim, WAVE_KERNEL, dilation=dilation, padding=pad),
+                Snake1d(dim),
+                FoldedConv1d(dim, dim, 1),
+            ]
+        )
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        """x (B, C, T) -> (B, C, T)."""
+        snake1, conv7, snake2, conv1 = self.block
+        y = snake1(x)
+        if mask is not None:
+            y = y.mul_(mask) if _inplace_ok(y) else y * mask
+        y = conv1(snake2(conv7(y), inplace=True))
+        return x.add_(y) if _inplace_ok(x) else x + y
+
+
+class DecoderBlock(nn.Module):
+    """Snake -> transposed conv (x rate) -> residual units with dilations 1, 3, 9."""
+
+    def __init__(self, in_dim: int, out_dim: int, kernel: int, rate: int) -> None:
+        super().__init__()
+        up = FoldedConvTranspose1d(
+            in_dim, out_dim, kernel, stride=rate, padding=(kernel - rate) // 2
+        )
+        units = [ResidualUnit(out_dim, d) for d in RESIDUAL_DILATIONS]
+        self.block = nn.ModuleList([Snake1d(in_dim), up, *units])
+
+    def forward(self, x: Tensor, mask_in: Tensor | None, mask_out: Tensor | None) -> Tensor:
+        """x (B, C_in, T) -> (B, C_out, T * rate); masks at the input and output rates."""
+        snake, up, *units = self.block
+        x = up(masked(snake(x), mask_in))
+        for unit in units:
+            x = unit(x, mask_out)
+        return x
+
+
+class WaveGenerator(nn.Module):
+    """Features (B, C, T) at the token rate -> waveform (B, d_out, T * prod(rates)) in [-1, 1]."""
+
+    def __init__(self, cfg: WaveGeneratorConfig) -> None:
+        super().__init__()
+        pad = (WAVE_KERNEL - 1) // 2
+        layers: list[nn.Module] = [
+            FoldedConv1d(cfg.input_channel, cfg.channels, WAVE_KERNEL, padding=pad)
+        ]
+        dims = [cfg.channels // 2**i for i in range(len(cfg.rates) + 1)]
+        for i, (rate, kernel) in enumerate(zip(cfg.rates, cfg.kernel_sizes, strict=True)):
+            layers.append(DecoderBlock(dims[i], dims[i + 1], kernel, rate))
+        layers += [
+            Snake1d(dims[-1]),
+            FoldedConv1d(dims[-1], cfg.d_out, WAVE_KERNEL, padding=pad),
+            nn.Tanh(),
+        ]
+        self.model = nn.ModuleList(layers)
+
+    def forward(self, x: Tensor, masks: list[Tensor | None]) -> Tensor:
+        """x (B, C, T) -> (B, d_out, T * hop).
+
+        ``masks[i]`` is the padding mask at the input rate of stage i (0: tokens, last: samples).
+        """
+        first, *blocks, snake, last, _ = self.model
+        x = first(masked(x, masks[0]))
+        for i, block in enumerate(blocks):
+            x = block(x, masks[i], masks[i + 1])
+        return torch.tanh(last(masked(snake(x, inplace=True), masks[-1])))
