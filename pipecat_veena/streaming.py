@@ -1,0 +1,346 @@
+"""Sliding-window streaming decode: a pure window scheduler and the stream decoder built on it.
+
+Frames are the codec's unit of time (codecs/base.py). Each decode covers the frames
+``[context_start, context_end)`` and keeps the audio of ``[emit_start, emit_end)``: the left
+context (at least the codec's receptive field) makes the left seam exact, the lookahead R is the
+latency knob for the right seam. The first chunk is small (fast first audio), later chunks grow by
+``growth`` up to ``max_chunk_frames``, so the left context and the lookahead are paid rarely and
+the total decode work stays linear in the utterance. At the end the rest is flushed with no
+lookahead. The scheduler is plain integer logic; ``StreamDecoder`` adds codes, audio and counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from loguru import logger
+
+from pipecat_veena.codecs.base import AudioCodec, CodecWindow
+
+# Measured defaults per codec class (benchmarks/streaming.py, BENCHMARKS.md "streaming"), keyed by
+# class name so that this module never imports torch. BiCodec: 4 + 16 = 20 semantic tokens to first
+# audio, >= 80 dB seams (real config, random weights). SNAC: 1 + 2 frames = 21 tokens to first
+# audio. Left context defaults to the codec's receptive field (exact left seam).
+_DEFAULTS = {
+    "BiCodecCodec": dict(first_frames=4, lookahead_frames=16, growth=2.0, max_chunk_frames=1024),
+    "SnacCodec": dict(first_frames=1, lookahead_frames=2, growth=2.0, max_chunk_frames=128),
+}
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """How a stream is cut into decode windows.
+
+    Parameters:
+        first_frames: frames emitted by the first chunk (F); first audio needs F + R frames.
+        lookahead_frames: right context R decoded past each chunk and thrown away.
+        growth: each later chunk targets ``growth`` times the previous target (>= 1).
+        max_chunk_frames: cap on the frames emitted by one chunk.
+        left_context_frames: left context L; None takes the codec's ``context_frames``.
+        crossfade_samples: linear crossfade at each seam, taken from the lookahead of the
+            previous chunk, whose own right context it shortens (0 when the seam is exact, the
+            default).
+    """
+
+    first_frames: int = 4
+    lookahead_frames: int = 16
+    growth: float = 2.0
+    max_chunk_frames: int = 1024
+    left_context_frames: int | None = None
+    crossfade_samples: int = 0
+
+    def __post_init__(self) -> None:
+        if self.first_frames < 1 or self.max_chunk_frames < self.first_frames:
+            raise ValueError(
+                f"need 1 <= first_frames <= max_chunk_frames, got first_frames="
+                f"{self.first_frames}, max_chunk_frames={self.max_chunk_frames}"
+            )
+        if self.lookahead_frames < 0 or (self.left_context_frames or 0) < 0:
+            raise ValueError("lookahead_frames and left_context_frames must be >= 0")
+        if self.growth < 1.0:
+            raise ValueError(f"growth must be >= 1 (1 keeps chunks constant), got {self.growth}")
+        if self.crossfade_samples < 0:
+            raise ValueError(f"crossfade_samples must be >= 0, got {self.crossfade_samples}")
+
+    @classmethod
+    def for_codec(cls, codec: AudioCodec) -> StreamConfig:
+        """The measured default config for ``codec`` (generic defaults for other codecs)."""
+        for klass in type(codec).__mro__:
+            if klass.__name__ in _DEFAULTS:
+                return cls(**_DEFAULTS[klass.__name__])
+        return cls(first_frames=1, lookahead_frames=codec.context_frames)
+
+    def left_context(self, codec: AudioCodec) -> int:
+        """The left context L in frames for ``codec``."""
+        if self.left_context_frames is None:
+            return codec.context_frames
+        return self.left_context_frames
+
+
+@dataclass(frozen=True)
+class Window:
+    """One decode: frames [context_start, context_end), audio kept from [emit_start, emit_end).
+
+    All four are absolute frame indices within the stream.
+    """
+
+    context_start: int
+    emit_start: int
+    emit_end: int
+    context_end: int
+
+    @property
+    def decode_frames(self) -> int:
+        """Frames the codec computes for this window."""
+        return self.context_end - self.context_start
+
+
+class StreamScheduler:
+    """Plans the windows of one stream from frame counts alone (integers only, no arrays).
+
+    Every frame is emitted exactly once and in order; a window's left context is
+    ``min(L, emit_start)``, its lookahead R (less only where the stream has ended).
+    """
+
+    def __init__(
+        self,
+        *,
+        first_frames: int,
+        lookahead_frames: int,
+        left_context_frames: int,
+        growth: float = 2.0,
+        max_chunk_frames: int = 1024,
+    ) -> None:
+        self._left = left_context_frames
+        self._lookahead = lookahead_frames
+        self._growth = growth
+        self._max = max_chunk_frames
+        self._target = first_frames
+        self._available = 0
+        self._final = False
+        #: Frames emitted so far (planned windows included).
+        self.emitted = 0
+        #: Windows planned so far.
+        self.chunks = 0
+
+    @property
+    def final(self) -> bool:
+        """True once the stream has been marked as ended."""
+        return self._final
+
+    @classmethod
+    def from_config(cls, config: StreamConfig, left_context_frames: int) -> StreamScheduler:
+        """A scheduler following ``config`` with the left context already resolved."""
+        return cls(
+            first_frames=config.first_frames,
+            lookahead_frames=config.lookahead_frames,
+            left_context_frames=left_context_frames,
+            growth=config.growth,
+            max_chunk_frames=config.max_chunk_frames,
+        )
+
+    def next_window(self, available: int, final: bool = False) -> Window | None:
+        """The next window to decode once ``available`` frames exist, or None to wait.
+
+        Args:
+            available: frames received so far (never decreases).
+            final: True once the stream has ended (flush without lookahead).
+
+        Returns:
+            The window (this call advances the scheduler past it), or None.
+        """
+        if available < self._available or (self._final and available != self._available):
+            raise ValueError(
+                f"frames available went from {self._available} to {available}"
+                f"{' after the end of the stream' if self._final else ''}: pass the running total"
+            )
+        self._available, self._final = available, self._final or final
+        ready = available if self._final else available - self._lookahead
+        pending = ready - self.emitted
+        if pending <= 0 or (not self._final and pending < self._target):
+            return None
+        start = self.emitted
+        end = start + min(pending, self._max)
+        self.emitted = end
+        self.chunks += 1
+        self._target = min(self._max, max(self._target, int(self._target * self._growth)))
+        return Window(
+            context_start=max(0, start - self._left),
+            emit_start=start,
+            emit_end=end,
+            context_end=min(available, end + self._lookahead),
+        )
+
+    def windows(self, available: int, final: bool = False) -> list[Window]:
+        """All windows that can be decoded now, in order."""
+        out = []
+        while (window := self.next_window(available, final)) is not None:
+            out.append(window)
+        return out
+
+
+@dataclass(frozen=True)
+class DecodeJob:
+    """A planned decode of one stream: what the codec gets and what the stream keeps.
+
+    Attributes:
+        window: the codec input (frames of the context span, condition, absolute start).
+        span: the frame ranges of this decode.
+        index: sequence number within the stream; jobs are accepted in this order.
+    """
+
+    window: CodecWindow
+    span: Window
+    index: int
+
+
+class StreamDecoder:
+    """Turns a stream of codec codes into audio chunks with the sliding-window schedule.
+
+    ``push`` / ``finish`` decode synchronously through ``codec.decode_windows`` (a blocking torch
+    call: use a worker thread). The engine uses the split form instead: ``plan`` / ``plan_finish``
+    give jobs, a batcher decodes their windows, and ``accept`` stitches each result in order;
+    ``push`` is exactly plan + decode + accept. Output chunks are float32 mono at
+    ``codec.sample_rate``; concatenated they equal one offline decode of all the codes (exactly
+    when L and R reach the codec's receptive field, else to the SNR measured in BENCHMARKS.md).
+    """
+
+    def __init__(
+        self,
+        codec: AudioCodec,
+        config: StreamConfig | None = None,
+        *,
+        condition: Sequence[int] | np.ndarray | None = None,
+    ) -> None:
+        self.codec = codec
+        self.config = config or StreamConfig.for_codec(codec)
+        self._condition = _check_condition(codec, condition)
+        max_crossfade = codec.samples_per_frame * min(
+            self.config.lookahead_frames, self.config.first_frames
+        )
+        if self.config.crossfade_samples > max_crossfade:
+            raise ValueError(
+                f"crossfade_samples={self.config.crossfade_samples} exceeds what the lookahead "
+                f"and the first chunk cover ({max_crossfade}): lower it or raise lookahead_frames"
+            )
+        self._left = self.config.left_context(codec)
+        self.scheduler = StreamScheduler.from_config(self.config, self._left)
+        self._k = codec.codes_per_frame
+        self._codes: list[int] = []  # flat codes from frame self._base on
+        self._base = 0
+        self._planned = 0
+        self._accepted = 0
+        self._tail: np.ndarray | None = None
+        #: Codec frames computed (context included) by accepted jobs.
+        self.frames_decoded = 0
+        #: Frames whose audio has been returned.
+        self.frames_emitted = 0
+        #: Samples returned so far.
+        self.samples_emitted = 0
+
+    @property
+    def frames_received(self) -> int:
+        """Complete frames received so far."""
+        return self._base + len(self._codes) // self._k
+
+    def plan(self, codes: Sequence[int]) -> list[DecodeJob]:
+        """Add codes (flat ints, K per frame; a partial frame waits) and plan what is ready."""
+        if self.scheduler.final:
+            raise ValueError("codes pushed after finish(): start a new StreamDecoder")
+        self._codes.extend(codes)
+        return self._jobs(final=False)
+
+    def plan_finish(self) -> list[DecodeJob]:
+        """End the stream: plan the flush of every remaining frame (no lookahead)."""
+        partial = len(self._codes) % self._k
+        if partial:
+            # The LLM stopped inside a frame (e.g. at max_tokens): decode every complete frame.
+            logger.warning(f"stream ended inside a frame: dropped {partial} of {self._k} codes")
+            del self._codes[-partial:]
+        return self._jobs(final=True)
+
+    def accept(self, job: DecodeJob, audio: np.ndarray) -> np.ndarray:
+        """Stitch the decoded audio of ``job`` and return the samples it emits.
+
+        Args:
+            job: the next job returned by ``plan`` / ``plan_finish`` (in order).
+            audio: float32 (decode_frames * samples_per_frame,): the codec's output for
+                ``job.window``.
+
+        Returns:
+            float32 (emit_frames * samples_per_frame,) in [-1, 1] at the codec rate.
+        """
+        if job.index != self._accepted:
+            raise ValueError(f"job {job.index} accepted before job {self._accepted}: keep order")
+        spf, span = self.codec.samples_per_frame, job.span
+        if audio.shape != (span.decode_frames * spf,):
+            raise ValueError(
+                f"job {job.index}: audio of shape {audio.shape}, expected "
+                f"({span.decode_frames * spf},)"
+            )
+        begin = (span.emit_start - span.context_start) * spf
+        end = (span.emit_end - span.context_start) * spf
+        out = np.array(audio[begin:end], dtype=np.float32)
+        if self._tail is not None:
+            n = min(len(self._tail), len(out))
+            # Both sides estimate the same samples: a linear fade keeps the level (an
+            # equal-power fade would lift correlated signals by up to 3 dB).
+            ramp = (np.arange(n, dtype=np.float32) + 0.5) / n
+            out[:n] = self._tail[:n] * (1.0 - ramp) + out[:n] * ramp
+        fade = min(self.config.crossfade_samples, len(audio) - end)
+        self._tail = np.array(audio[end : end + fade], dtype=np.float32) if fade else None
+        self._accepted += 1
+        self.frames_decoded += span.decode_frames
+        self.frames_emitted += span.emit_end - span.emit_start
+        self.samples_emitted += len(out)
+        return out
+
+    def push(self, codes: Sequence[int]) -> list[np.ndarray]:
+        """Add codes and decode what is ready (blocking); returns the new audio chunks."""
+        return self._run(self.plan(codes))
+
+    def finish(self) -> list[np.ndarray]:
+        """End the stream and decode the rest (blocking); returns the last audio chunks."""
+        return self._run(self.plan_finish())
+
+    def _run(self, jobs: list[DecodeJob]) -> list[np.ndarray]:
+        if not jobs:
+            return []
+        audios = self.codec.decode_windows([job.window for job in jobs])
+        return [self.accept(job, audio) for job, audio in zip(jobs, audios, strict=True)]
+
+    def _jobs(self, final: bool) -> list[DecodeJob]:
+        jobs = []
+        for span in self.scheduler.windows(self.frames_received, final):
+            lo, hi = (
+                (span.context_start - self._base) * self._k,
+                (span.context_end - self._base) * self._k,
+            )
+            frames = np.array(self._codes[lo:hi], dtype=np.int64).reshape(-1, self._k)
+            window = CodecWindow(frames=frames, condition=self._condition, start=span.context_start)
+            jobs.append(DecodeJob(window=window, span=span, index=self._planned))
+            self._planned += 1
+        # Frames before the next window's left context are never needed again.
+        drop = self.scheduler.emitted - self._left - self._base
+        if drop >= 1024:
+            del self._codes[: drop * self._k]
+            self._base += drop
+        return jobs
+
+
+def _check_condition(
+    codec: AudioCodec, condition: Sequence[int] | np.ndarray | None
+) -> np.ndarray | None:
+    if codec.condition_size == 0:
+        if condition is not None:
+            raise ValueError(f"{type(codec).__name__} takes no condition: pass condition=None")
+        return None
+    if condition is None or len(condition) != codec.condition_size:
+        got = "none" if condition is None else f"{len(condition)} values"
+        raise ValueError(
+            f"{type(codec).__name__} needs a condition of {codec.condition_size} ids (BiCodec: "
+            f"the 32 global tokens), got {got}: pass condition=<the stream's global ids>"
+        )
+    return np.asarray(condition, dtype=np.int64).copy()
