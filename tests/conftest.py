@@ -87,3 +87,11 @@ def _name(p: psutil.Process) -> str:
         return p.name()
     except psutil.Error:
         return ""
+
+
+@pytest.fixture(scope="session")
+def snac_random_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SNAC 24 kHz checkpoint directory with random weights (seed 0), built once per session."""
+    from pipecat_veena.codecs.snac import write_random_checkpoint
+
+    return write_random_checkpoint(tmp_path_factory.mktemp("snac_24khz"), seed=0)
