@@ -1,10 +1,18 @@
-"""The ``pipecat-veena`` command line: ``build-demo`` and ``say`` (the only module that prints)."""
+"""The ``pipecat-veena`` command line: ``say`` and ``build-demo`` (the only module that prints)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import sys
 from pathlib import Path
+
+DEMO_NOTE = (
+    "Demo checkpoints have random codec weights and a toy LLM: they make sound, not words. "
+    "Point --model at a real checkpoint directory (Spark-TTS-0.5B layout or Veena3: LLM/ + "
+    "BiCodec/; Veena: the LLM with a snac_24khz/ directory) for speech."
+)
 
 
 def _build_demo(args: argparse.Namespace) -> int:
@@ -14,18 +22,70 @@ def _build_demo(args: argparse.Namespace) -> int:
     for kind in kinds:
         path = build_demo_checkpoint(kind, dir=args.dir)
         print(f"{kind}: {path}")
-    print(
-        "Demo checkpoints have random codec weights and a toy LLM: they make sound, not words. "
-        "Use --model with a real checkpoint directory (Spark-TTS-0.5B layout, Veena3, Veena) "
-        "for speech."
-    )
+    print(DEMO_NOTE)
     return 0
+
+
+async def _say_async(args: argparse.Namespace, checkpoint: Path) -> int:
+    from pipecat_veena.engine import EngineConfig, VeenaEngine
+    from pipecat_veena.wav_sink import say_to_wav
+
+    engine = VeenaEngine(EngineConfig(checkpoint=checkpoint, device=args.device))
+    try:
+        await engine.start()
+        result = await say_to_wav(
+            engine,
+            args.text,
+            args.output,
+            voice=args.voice,
+            sample_rate=args.sample_rate,
+            seed=args.seed,
+        )
+    finally:
+        await engine.shutdown()
+    for error in result.errors:
+        print(f"error: {error}", file=sys.stderr)
+    if result.audio_seconds == 0:
+        print("no audio was produced", file=sys.stderr)
+        return 1
+    print(f"wrote {result.path} ({result.audio_seconds:.2f} s at {result.sample_rate} Hz)")
+    print(f"time to first audio: {result.time_to_first_audio * 1000:.0f} ms")
+    print(f"real-time factor: {result.real_time_factor:.2f} (below 1 is faster than real time)")
+    return 0
+
+
+def _say(args: argparse.Namespace) -> int:
+    if args.model is None:
+        from pipecat_veena.demo import build_demo_checkpoint
+
+        checkpoint = build_demo_checkpoint("spark")
+        print(f"using the demo checkpoint {checkpoint}")
+        print(DEMO_NOTE)
+    else:
+        checkpoint = args.model
+    if not args.verbose:
+        from loguru import logger
+
+        logger.remove()
+        logger.add(sys.stderr, level="WARNING")
+    return asyncio.run(_say_async(args, checkpoint))
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``pipecat-veena``."""
     parser = argparse.ArgumentParser(prog="pipecat-veena", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    say = sub.add_parser("say", help="speak text into a WAV file through a Pipecat pipeline")
+    say.add_argument("text", help="what to say (Hindi, English or code-mixed)")
+    say.add_argument("-o", "--output", type=Path, default=Path("out.wav"), help="WAV file")
+    say.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
+    say.add_argument("--voice", default=None, help="voice name (default: the model's)")
+    say.add_argument("--sample-rate", type=int, default=None, help="WAV rate (default: codec's)")
+    say.add_argument("--seed", type=int, default=None, help="sampling seed")
+    say.add_argument("--device", default="auto", help="codec device: auto, cpu, cuda")
+    say.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
+    say.set_defaults(func=_say)
 
     demo = sub.add_parser("build-demo", help="build (or reuse) the deterministic demo checkpoints")
     demo.add_argument("--dir", type=Path, default=None, help="where to put them (default: cache)")
@@ -36,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 
