@@ -95,3 +95,20 @@ def snac_random_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from pipecat_veena.codecs.snac import write_random_checkpoint
 
     return write_random_checkpoint(tmp_path_factory.mktemp("snac_24khz"), seed=0)
+
+
+@pytest.fixture
+def caplog_loguru():
+    """Capture loguru output (warnings and up) as text: ``caplog_loguru.text``."""
+    from loguru import logger
+
+    class _Sink:
+        text = ""
+
+        def write(self, message: str) -> None:
+            _Sink.text += message
+
+    sink = _Sink()
+    handler = logger.add(sink.write, level="WARNING")
+    yield sink
+    logger.remove(handler)
