@@ -1,0 +1,335 @@
+"""LiveKit Agents TTS plugin over the in-process VeenaEngine (install the ``livekit`` extra).
+
+``VeenaTTS`` speaks through an engine shared by the whole process: one-shot ``synthesize()``
+and streaming-text ``stream()`` (sentence by sentence while the LLM is still writing), audio
+pushed as the engine decodes it. LiveKit's retry rule holds: an engine error before any audio
+of an attempt is a retryable ``APIError``; after audio was pushed it is never retried.
+A LiveKit worker loads the engine in its (synchronous, loop-less) prewarm function through
+``pipecat_veena.engine_thread.EngineThread``, which serves every job's event loop.
+Nothing here imports Pipecat, and the engine knows nothing of LiveKit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from contextlib import aclosing
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soxr
+from livekit.agents import (
+    DEFAULT_API_CONNECT_OPTIONS,
+    APIConnectOptions,
+    APIError,
+    APITimeoutError,
+    tokenize,
+    tts,
+    utils,
+)
+from loguru import logger
+
+from pipecat_veena.engine import AudioChunk, VeenaEngine
+from pipecat_veena.engine_thread import EngineThread
+from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
+from pipecat_veena.text import is_speakable
+
+PROVIDER = "pipecat-veena"
+#: Errors that a retry cannot fix: bad input (unknown voice, bad sampling), a dead engine.
+_PERMANENT = (ValueError, EngineDeadError, EngineNotRunningError)
+
+
+@dataclass(frozen=True)
+class VeenaTTSOptions:
+    """Per-utterance settings (``update_options`` changes them for later streams).
+
+    Parameters:
+        voice: a voice of the engine's checkpoint (None: its default).
+        temperature: sampling temperature (None: the model family's default).
+        top_k: top-k sampling (None: default).
+        top_p: nucleus sampling mass (None: default).
+        repetition_penalty: > 1 discourages loops (None: default).
+        seed: sampling seed for reproducible speech (None: random).
+    """
+
+    voice: str | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    seed: int | None = None
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling overrides that are set, as ``engine.stream`` keywords."""
+        return {k: v for k, v in asdict(self).items() if k != "voice" and v is not None}
+
+
+class VeenaTTS(tts.TTS):
+    """LiveKit TTS over a shared VeenaEngine (or an ``EngineThread`` hosting one).
+
+    Audio is int16 mono at the engine's codec rate (16 kHz BiCodec, 24 kHz SNAC), or at
+    ``sample_rate`` through a streaming soxr resampler owned by each stream. Closing a stream
+    aborts its engine request at once. The engine is shared: ``aclose()`` closes this TTS's
+    open streams but never shuts the engine down.
+
+    Args:
+        engine: the process's engine, started (or startable by ``prewarm()``).
+        voice, temperature, top_k, top_p, repetition_penalty, seed: see ``VeenaTTSOptions``.
+        sample_rate: output rate (None: the engine's rate; the engine must then be running).
+        sentence_tokenizer: splits streamed text into sentences (default: LiveKit's blingfire).
+
+    Raises:
+        ValueError: no ``sample_rate`` for a stopped engine, or invalid sampling values.
+        UnknownVoiceError: the running engine does not offer ``voice``.
+    """
+
+    def __init__(
+        self,
+        engine: VeenaEngine | EngineThread,
+        *,
+        voice: str | None = None,
+        sample_rate: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        seed: int | None = None,
+        sentence_tokenizer: tokenize.SentenceTokenizer | None = None,
+    ) -> None:
+        if sample_rate is None:
+            if not engine.is_running:
+                raise ValueError(
+                    "VeenaTTS: the engine is not started, so its sample rate is unknown; start "
+                    "it first (await engine.start() or EngineThread.launch) or pass sample_rate"
+                )
+            sample_rate = engine.sample_rate
+        if sample_rate <= 0:
+            raise ValueError(f"sample_rate must be a positive rate in Hz, got {sample_rate}")
+        super().__init__(
+            capabilities=tts.TTSCapabilities(streaming=True),
+            sample_rate=sample_rate,
+            num_channels=1,
+        )
+        self._engine = engine
+        self._opts = self._checked(
+            VeenaTTSOptions(voice, temperature, top_k, top_p, repetition_penalty, seed)
+        )
+        self._tokenizer = sentence_tokenizer or tokenize.blingfire.SentenceTokenizer()
+        self._start_task: asyncio.Future[None] | None = None
+        self._streams: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    @property
+    def model(self) -> str:
+        """The checkpoint directory's name."""
+        return Path(self._engine.config.checkpoint).name
+
+    @property
+    def provider(self) -> str:
+        """This package (the model runs in-process)."""
+        return PROVIDER
+
+    @property
+    def engine(self) -> VeenaEngine | EngineThread:
+        """The shared engine this TTS speaks through."""
+        return self._engine
+
+    @property
+    def options(self) -> VeenaTTSOptions:
+        """The current per-utterance settings."""
+        return self._opts
+
+    def update_options(self, **changes: Any) -> None:
+        """Change voice or sampling settings for streams created from now on.
+
+        Raises:
+            TypeError: an unknown option name.
+            ValueError, UnknownVoiceError: an invalid value (nothing changes).
+        """
+        self._opts = self._checked(replace(self._opts, **changes))
+
+    def _checked(self, opts: VeenaTTSOptions) -> VeenaTTSOptions:
+        if not self._engine.is_running:  # checked by the engine on the first call instead
+            return opts
+        self._engine.sampling(**opts.sampling())
+        return replace(opts, voice=self._engine.check_voice(opts.voice))
+
+    def prewarm(self) -> None:
+        """Start the engine in the background if it is not running (needs a running loop)."""
+        if self._engine.is_running or self._start_task is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            logger.warning(f"{self.label}: prewarm() needs a running event loop; not started")
+            return
+        self._start_task = loop.create_task(self._engine.start())
+
+    async def _ensure_started(self) -> None:
+        if self._engine.is_running:
+            return
+        if self._start_task is None:
+            self._start_task = asyncio.ensure_future(self._engine.start())
+        await asyncio.shield(self._start_task)
+
+    def synthesize(
+        self, text: str, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+    ) -> VeenaChunkedStream:
+        """Speak ``text`` (one request); frames arrive as the engine decodes them."""
+        stream = VeenaChunkedStream(tts=self, input_text=text, conn_options=conn_options)
+        self._streams.add(stream)
+        return stream
+
+    def stream(
+        self, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+    ) -> VeenaSynthesizeStream:
+        """A stream that speaks pushed text sentence by sentence (one segment per stream)."""
+        stream = VeenaSynthesizeStream(tts=self, conn_options=conn_options)
+        self._streams.add(stream)
+        return stream
+
+    async def aclose(self) -> None:
+        """Close this TTS's open streams (aborting their requests); the engine keeps running."""
+        await asyncio.gather(*(s.aclose() for s in list(self._streams)))
+
+
+class _Attempt:
+    """One try of a stream: speaks text into the emitter and knows whether audio went out."""
+
+    def __init__(
+        self, tts_: VeenaTTS, emitter: tts.AudioEmitter, conn_options: APIConnectOptions
+    ) -> None:
+        self.tts = tts_
+        self.opts = tts_.options
+        self.emitter = emitter
+        self.timeout = conn_options.timeout or None
+        self.request_id = utils.shortuuid()
+        self.pushed = False
+        self.spoke = False
+        self.tokens = 0
+        self.resampler: soxr.ResampleStream | None = None
+
+    async def speak(self, text: str) -> None:
+        """Push the engine's audio for ``text``; engine errors become LiveKit ``APIError``s."""
+        engine = self.tts.engine
+        try:
+            await self.tts._ensure_started()
+            if self.resampler is None and engine.sample_rate != self.tts.sample_rate:
+                self.resampler = soxr.ResampleStream(
+                    engine.sample_rate, self.tts.sample_rate, 1, dtype="int16", quality="HQ"
+                )
+            stream = engine.stream(
+                text, self.opts.voice, request_id=self.request_id, **self.opts.sampling()
+            )
+            last: AudioChunk | None = None
+            async with aclosing(stream) as chunks, asyncio.timeout(self.timeout) as first_audio:
+                async for last in chunks:
+                    first_audio.reschedule(None)  # the timeout bounds the wait for first audio
+                    self._push(last.pcm)
+            if last is not None:
+                self.tokens += last.tokens
+                self.spoke = True
+        except APIError:
+            raise
+        except TimeoutError as e:
+            raise APITimeoutError(
+                f"{self.tts.label}: no audio within {self.timeout} s for {text[:60]!r}",
+                retryable=not self.pushed,
+            ) from e
+        except Exception as e:
+            raise APIError(
+                f"{self.tts.label}: {type(e).__name__}: {e}",
+                body=e,
+                retryable=not self.pushed and not isinstance(e, _PERMANENT),
+            ) from e
+
+    def _push(self, pcm: bytes, *, last: bool = False) -> None:
+        if self.resampler is not None:
+            samples = np.frombuffer(pcm, dtype="<i2")
+            pcm = self.resampler.resample_chunk(samples, last=last).astype("<i2").tobytes()
+        if pcm:
+            self.emitter.push(pcm)
+            self.pushed = True
+
+    def finish(self) -> None:
+        """Push what the resampler still holds (end of the stream's audio)."""
+        if self.resampler is not None:
+            self._push(b"", last=True)
+
+    def check_spoken(self, text: str) -> None:
+        """Raise a clear, final error for text with nothing speakable (emoji, punctuation)."""
+        if text.strip() and not self.spoke:
+            raise APIError(
+                f"{self.tts.label}: nothing speakable in {text[:60]!r}; filter such text "
+                "before TTS (AgentSession tts_text_transforms)",
+                retryable=False,
+            )
+
+
+class VeenaChunkedStream(tts.ChunkedStream):
+    """``VeenaTTS.synthesize()``: one engine request for the whole text."""
+
+    _tts: VeenaTTS
+
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        attempt = _Attempt(self._tts, output_emitter, self._conn_options)
+        output_emitter.initialize(
+            request_id=attempt.request_id,
+            sample_rate=self._tts.sample_rate,
+            num_channels=1,
+            mime_type="audio/pcm",
+        )
+        if is_speakable(self.input_text):
+            await attempt.speak(self.input_text)
+            attempt.finish()
+        attempt.check_spoken(self.input_text)
+        self._set_token_usage(output_tokens=attempt.tokens)
+
+
+class VeenaSynthesizeStream(tts.SynthesizeStream):
+    """``VeenaTTS.stream()``: pushed text is cut into sentences, each spoken as it completes.
+
+    One segment per stream, as LiveKit 1.8 expects: the first ``flush()`` (or
+    ``end_input()``) ends the text; the segment's last frame has ``is_final``.
+    """
+
+    _tts: VeenaTTS
+
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        attempt = _Attempt(self._tts, output_emitter, self._conn_options)
+        output_emitter.initialize(
+            request_id=attempt.request_id,
+            sample_rate=self._tts.sample_rate,
+            num_channels=1,
+            mime_type="audio/pcm",
+            stream=True,
+        )
+        output_emitter.start_segment(segment_id=utils.shortuuid())
+        sentences = self._tts._tokenizer.stream()
+
+        async def forward_text() -> None:
+            async for data in self._input_ch:
+                if isinstance(data, self._FlushSentinel):
+                    break  # LiveKit 1.8 drops text pushed after the first flush
+                sentences.push_text(data)
+            sentences.end_input()
+
+        async def speak_sentences() -> None:
+            async for sentence in sentences:
+                if is_speakable(sentence.token):
+                    if attempt.pushed:  # release held-back audio while this sentence starts
+                        output_emitter.flush()
+                    self._mark_started()
+                    await attempt.speak(sentence.token)
+            attempt.finish()
+            attempt.check_spoken(self._pushed_text)
+            self._set_token_usage(output_tokens=attempt.tokens)
+            output_emitter.end_segment()
+
+        tasks = [asyncio.create_task(forward_text()), asyncio.create_task(speak_sentences())]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            await sentences.aclose()
+            await utils.aio.cancel_and_wait(*tasks)
