@@ -38,6 +38,7 @@ class EngineThread:
 
     def __init__(self, engine: VeenaEngine) -> None:
         self.engine = engine
+        self._producers: set[asyncio.Task[None]] = set()  # touched in the engine's loop only
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="veena-engine")
         self._thread.daemon = True
@@ -145,6 +146,8 @@ class EngineThread:
         def spawn() -> None:  # runs in the engine's loop, before any cancel (FIFO)
             task = self._loop.create_task(produce())
             task.add_done_callback(lambda _: _set_threadsafe(caller, finished))
+            task.add_done_callback(self._producers.discard)
+            self._producers.add(task)
             producer.append(task)
 
         self._loop.call_soon_threadsafe(spawn)
@@ -154,20 +157,28 @@ class EngineThread:
             if item.error is not None:
                 raise item.error
         finally:
-            self._loop.call_soon_threadsafe(lambda: producer[0].cancel())
-            await finished.wait()
+            with contextlib.suppress(RuntimeError):  # the host is closed: nothing left to stop
+                self._loop.call_soon_threadsafe(lambda: producer[0].cancel())
+                await finished.wait()
 
     async def shutdown(self) -> None:
         """Shut the engine down and stop the thread (idempotent)."""
         await asyncio.to_thread(self.close)
 
     def close(self) -> None:
-        """Blocking ``shutdown`` (for exit hooks and scripts)."""
+        """Blocking ``shutdown`` (for exit hooks and scripts): open streams end first."""
         if self._thread.is_alive():
-            self.run(self.engine.shutdown())
+            self.run(self._stop())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
             self._loop.close()
+
+    async def _stop(self) -> None:
+        producers = list(self._producers)
+        for task in producers:
+            task.cancel()
+        await asyncio.gather(*producers, return_exceptions=True)
+        await self.engine.shutdown()
 
 
 async def _result_of(fn: Any) -> Any:

@@ -1,0 +1,150 @@
+"""VeenaTTS (LiveKit plugin) through the real parts: the vLLM CPU engine on the demo Spark
+checkpoint and the torch BiCodec (tiny config), with LiveKit's own TTS base classes (no server).
+
+``TokenCounter`` passes every call through to the session's real VllmGenerator and keeps the
+generated ids, so audio length can be checked against the tokens that made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from pipecat_veena.engine import EngineConfig, VeenaEngine
+from pipecat_veena.generation import SamplingOptions, TokenDelta, TokenGenerator
+from pipecat_veena.livekit import VeenaTTS
+
+pytestmark = pytest.mark.vllm
+
+LONG_TEXT = "This answer keeps going on and on, so that generation takes a good while. " * 3
+
+
+class TokenCounter(TokenGenerator):
+    """Delegates to the real generator (not owned: never shut down here); records outputs."""
+
+    def __init__(self, inner: TokenGenerator) -> None:
+        self.inner = inner
+        self.outputs: list[int] = []
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def shutdown(self) -> None:
+        pass
+
+    @property
+    def is_running(self) -> bool:
+        return self.inner.is_running
+
+    def num_unfinished(self) -> int:
+        return self.inner.num_unfinished()
+
+    async def abort(self, request_id: str) -> None:
+        await self.inner.abort(request_id)
+
+    async def generate(
+        self, prompt_ids: list[int], options: SamplingOptions, request_id: str
+    ) -> AsyncIterator[TokenDelta]:
+        async for delta in self.inner.generate(prompt_ids, options, request_id):
+            self.outputs.extend(delta.token_ids)
+            yield delta
+
+
+@pytest_asyncio.fixture(scope="session")
+async def livekit_engine(spark_tiny_checkpoint, spark_generator):
+    """A real VeenaEngine over the session's vLLM generator (no second vLLM engine)."""
+    counter = TokenCounter(spark_generator)
+    config = EngineConfig(checkpoint=spark_tiny_checkpoint, warmup=False, max_model_len=2048)
+    engine = VeenaEngine(config, generator=counter)
+    await engine.start()
+    yield engine, counter
+    await engine.shutdown()
+
+
+def _semantic_samples(engine: VeenaEngine, ids: list[int]) -> int:
+    """Samples the codec makes from the semantic tokens among ``ids`` (one frame each)."""
+    b = engine._format.ids
+    semantics = sum(1 for t in ids if 0 <= t - b.semantic_base < b.num_semantic_codes)
+    return semantics * engine._codec.samples_per_frame
+
+
+class Events:
+    """Collects a TTS's ``error`` and ``metrics_collected`` events."""
+
+    def __init__(self, tts):
+        self.errors, self.metrics = [], []
+        tts.on("error", self.errors.append)
+        tts.on("metrics_collected", self.metrics.append)
+
+
+async def test_synthesize_collect_rate_length_and_metrics(livekit_engine):
+    engine, counter = livekit_engine
+    tts = VeenaTTS(engine, seed=5)
+    events = Events(tts)
+    text = "Hello there, this is Veena speaking."
+    counter.outputs.clear()
+    frame = await tts.synthesize(text).collect()
+    await asyncio.sleep(0.05)  # metrics come from LiveKit's monitor task
+    assert frame.sample_rate == engine.sample_rate == tts.sample_rate
+    assert frame.samples_per_channel == _semantic_samples(engine, counter.outputs) > 0
+    (m,) = events.metrics
+    assert m.ttfb > 0 and m.audio_duration == pytest.approx(frame.duration, abs=1e-3)
+    assert m.characters_count == len(text) and m.output_tokens == len(counter.outputs)
+    assert m.metadata.model_name == engine.config.checkpoint.name and events.errors == []
+    assert engine.stats()["unfinished_requests"] == 0
+
+
+async def test_requested_rate_is_resampled_to_the_tokens_duration(livekit_engine):
+    engine, counter = livekit_engine
+    tts = VeenaTTS(engine, sample_rate=24000, seed=6)
+    counter.outputs.clear()
+    frame = await tts.synthesize("Namaste, aap kaise hain?").collect()
+    native = _semantic_samples(engine, counter.outputs)
+    assert frame.sample_rate == 24000 and native > 0
+    assert abs(frame.samples_per_channel - native * 24000 // engine.sample_rate) <= 2
+
+
+async def test_stream_speaks_pushed_pieces_as_one_final_segment(livekit_engine):
+    engine, counter = livekit_engine
+    tts = VeenaTTS(engine, seed=7)
+    events = Events(tts)
+    pieces = ["The first sentence is here", ". And the", " second one", " follows it now."]
+    counter.outputs.clear()
+    async with tts.stream() as stream:
+        stream.push_text(pieces[0])
+        stream.push_text(pieces[1])
+        first = await anext(stream)  # the first sentence speaks before the text is complete
+        for piece in pieces[2:]:
+            stream.push_text(piece)
+        stream.flush()
+        frames = [first, *[ev async for ev in stream]]
+    await asyncio.sleep(0.05)
+    assert frames[-1].is_final and not any(ev.is_final for ev in frames[:-1])
+    assert len({ev.segment_id for ev in frames}) == 1 and frames[0].segment_id
+    assert {ev.frame.sample_rate for ev in frames} == {engine.sample_rate}
+    samples = sum(ev.frame.samples_per_channel for ev in frames)
+    assert samples == _semantic_samples(engine, counter.outputs) > 0
+    (m,) = events.metrics
+    assert m.streamed and m.ttfb > 0 and m.characters_count == len("".join(pieces))
+    assert m.audio_duration == pytest.approx(samples / engine.sample_rate, abs=1e-3)
+    assert events.errors == [] and engine.stats()["requests"] >= 2
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_closing_mid_utterance_leaves_no_unfinished_request(livekit_engine, streamed):
+    engine, _ = livekit_engine
+    tts = VeenaTTS(engine, seed=8)
+    if streamed:
+        stream = tts.stream()
+        stream.push_text(LONG_TEXT)
+        stream.end_input()
+    else:
+        stream = tts.synthesize(LONG_TEXT)
+    await anext(stream)
+    assert engine.stats()["active_streams"] == 1
+    await stream.aclose()
+    stats = engine.stats()
+    assert stats["unfinished_requests"] == 0 and stats["active_streams"] == 0
