@@ -1,0 +1,101 @@
+"""BiCodecCodec: the :class:`~pipecat_veena.codecs.base.AudioCodec` contract over BiCodecDecoder.
+
+One call decodes windows of several streams (different lengths, different global tokens): they
+are right-padded to the longest, and the decoder masks the padding so that each result equals
+the window decoded alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pipecat_veena.codecs.base import AudioCodec, CodecWindow
+from pipecat_veena.codecs.bicodec.model import BiCodecDecoder
+
+#: Semantic id written into padded steps (any valid id: padding never reaches real samples).
+_PAD_ID = 0
+
+
+class BiCodecCodec(AudioCodec):
+    """BiCodec as a frame codec: a frame is one semantic token, the condition the 32 globals.
+
+    ``decode_windows`` blocks on torch work: call it from a worker thread. The numbers
+    (``sample_rate``, ``samples_per_frame``, ``context_frames``) come from the checkpoint config.
+    """
+
+    codes_per_frame = 1
+
+    def __init__(self, decoder: BiCodecDecoder) -> None:
+        self.decoder = decoder
+        self.sample_rate = decoder.sample_rate
+        self.samples_per_frame = decoder.hop_length
+        self.condition_size = decoder.config.speaker.token_num
+        self.context_frames = decoder.receptive_field
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> BiCodecCodec:
+        """Load a BiCodec checkpoint (``BiCodec/`` dir or its root).
+
+        Args:
+            path: the checkpoint directory.
+            device: where to run ("cpu", "cuda", ...).
+            dtype: weight and compute dtype; None picks float32 on CPU (exact path) and
+                bfloat16 elsewhere.
+        """
+        if dtype is None:
+            dtype = torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+        return cls(BiCodecDecoder.from_pretrained(path, device=device, dtype=dtype))
+
+    def decode_windows(self, windows: Sequence[CodecWindow]) -> list[np.ndarray]:
+        """Decode windows of semantic tokens, batched, each as if decoded alone.
+
+        Args:
+            windows: each ``frames`` (T_i, 1) int64 semantic ids in [0, 8192), ``condition``
+                (32,) int64 global ids in [0, 4096).
+
+        Returns:
+            One float32 array per window, shape (T_i * samples_per_frame,), in [-1, 1] at
+            ``sample_rate`` Hz.
+        """
+        if not windows:
+            return []
+        lengths = [self._check(i, w) for i, w in enumerate(windows)]
+        steps = max(lengths)
+        if steps == 0:
+            return [np.zeros(0, dtype=np.float32) for _ in windows]
+        semantic = np.full((len(windows), steps), _PAD_ID, dtype=np.int64)
+        for row, (window, length) in enumerate(zip(windows, lengths, strict=True)):
+            semantic[row, :length] = window.frames[:, 0]
+        globals_ = np.stack([np.asarray(w.condition, dtype=np.int64) for w in windows])
+        wav = self.decoder.decode(
+            torch.from_numpy(semantic),
+            torch.from_numpy(globals_),
+            torch.tensor(lengths, dtype=torch.int64),
+        ).cpu()
+        hop = self.samples_per_frame
+        return [wav[row, : length * hop].numpy() for row, length in enumerate(lengths)]
+
+    def _check(self, index: int, window: CodecWindow) -> int:
+        """Return the window's length, or raise ValueError naming what is wrong with it."""
+        frames = np.asarray(window.frames)
+        if frames.ndim != 2 or frames.shape[1] != self.codes_per_frame:
+            raise ValueError(
+                f"window {index}: frames must have shape (T, {self.codes_per_frame}) (one "
+                f"semantic id per frame), got {frames.shape}"
+            )
+        if window.condition is None or np.shape(window.condition) != (self.condition_size,):
+            found = None if window.condition is None else np.shape(window.condition)
+            raise ValueError(
+                f"window {index}: condition must hold the {self.condition_size} global ids of "
+                f"the stream, got {found}"
+            )
+        return int(frames.shape[0])
