@@ -1,8 +1,9 @@
 """Loads a BiCodec checkpoint (``config.yaml`` + ``model.safetensors``) into a BiCodecDecoder.
 
 The model is built on the meta device and given storage once; then each decode tensor is read on
-its own (safetensors ``safe_open``), weight norm is folded, and the result is copied into place,
-so memory never holds a second copy of the weights. Encode-only tensors are never read.
+its own (plain reads, see :mod:`.tensorfile`), weight norm is folded, and the result is copied
+into place, so memory never holds a second copy of the weights. Encode-only tensors are never
+read.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from pathlib import Path
 
 import torch
 from loguru import logger
-from safetensors import safe_open
 from torch import Tensor, nn
 
 from pipecat_veena.codecs.bicodec.config import BiCodecConfig
 from pipecat_veena.codecs.bicodec.model import BiCodecDecoder
 from pipecat_veena.codecs.bicodec.modules import FoldedConv1d, FoldedConvTranspose1d
+from pipecat_veena.codecs.bicodec.tensorfile import TensorFile
 from pipecat_veena.errors import CheckpointError
 
 CONFIG_FILE = "config.yaml"
@@ -66,19 +67,18 @@ def fold_weight_norm(g: Tensor, v: Tensor) -> Tensor:
 class _Reader:
     """Reads decode tensors from one safetensors file, with errors that name file and key."""
 
-    def __init__(self, handle, path: Path, config_path: Path) -> None:
-        self.handle, self.path, self.config_path = handle, path, config_path
-        self.keys = set(handle.keys())
+    def __init__(self, file: TensorFile, config_path: Path) -> None:
+        self.file, self.path, self.config_path = file, file.path, config_path
+        self.keys = file.keys()
         self.used: set[str] = set()
 
     def get(self, key: str, expected: tuple[int, ...] | None = None) -> Tensor:
         if key not in self.keys:
             self.missing(key)
-        tensor = self.handle.get_tensor(key)
-        if expected is not None and tuple(tensor.shape) != expected:
-            self.mismatch(key, expected, tuple(tensor.shape))
+        if expected is not None and self.file.shape(key) != expected:
+            self.mismatch(key, expected, self.file.shape(key))
         self.used.add(key)
-        return tensor
+        return self.file.get(key)
 
     def missing(self, key: str, alternatives: tuple[str, ...] = ()) -> None:
         also = (
@@ -145,21 +145,10 @@ def load_decoder(
     with torch.device("meta"):
         model = BiCodecDecoder(config)
     model = model.to(dtype).to_empty(device=device)
-    try:
-        handle_cm = safe_open(str(weights_path), framework="pt", device="cpu")
-        handle = handle_cm.__enter__()
-    except Exception as e:  # safetensors raises its own error types for a bad header
-        raise CheckpointError(
-            f"{weights_path}: cannot read the safetensors file ({e}). Re-download or rebuild "
-            "the BiCodec checkpoint."
-        ) from e
-    try:
-        reader = _Reader(handle, weights_path, config_path)
-        with torch.no_grad():
-            for param, read in _tensor_sources(model, reader):
-                param.copy_(read().to(dtype))
-    finally:
-        handle_cm.__exit__(None, None, None)
+    with TensorFile(weights_path) as file, torch.no_grad():
+        reader = _Reader(file, config_path)
+        for param, read in _tensor_sources(model, reader):
+            param.copy_(read().to(dtype))
     model.requires_grad_(False).eval()
     logger.debug(
         f"BiCodec decoder loaded from {directory} in {time.perf_counter() - start:.2f} s: "
