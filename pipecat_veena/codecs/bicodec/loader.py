@@ -106,7 +106,8 @@ class _Reader:
                     a in (1, b) for a, b in zip(g.shape, v.shape, strict=True)
                 )
                 if not ok:
-                    self.mismatch(g_key, (expected[0],) + (1,) * (len(expected) - 1), g.shape)
+                    per_channel = (expected[0],) + (1,) * (len(expected) - 1)
+                    self.mismatch(g_key, per_channel, tuple(g.shape))
                 return fold_weight_norm(g, v)
         if prefix + "weight" in self.keys:
             return self.get(prefix + "weight", expected)
