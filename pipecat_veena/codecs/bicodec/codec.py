@@ -87,10 +87,15 @@ class BiCodecCodec(AudioCodec):
     def _check(self, index: int, window: CodecWindow) -> int:
         """Return the window's length, or raise ValueError naming what is wrong with it."""
         frames = np.asarray(window.frames)
-        if frames.ndim != 2 or frames.shape[1] != self.codes_per_frame:
+        if (
+            frames.ndim != 2
+            or frames.shape[1] != self.codes_per_frame
+            or frames.dtype.kind not in "iu"
+        ):
             raise ValueError(
-                f"window {index}: frames must have shape (T, {self.codes_per_frame}) (one "
-                f"semantic id per frame), got {frames.shape}"
+                f"window {index}: frames must be an integer array of shape "
+                f"(T, {self.codes_per_frame}) (one semantic id per frame), got {frames.shape} "
+                f"{frames.dtype}"
             )
         if window.condition is None or np.shape(window.condition) != (self.condition_size,):
             found = None if window.condition is None else np.shape(window.condition)

@@ -56,9 +56,11 @@ class Snake1d(nn.Module):
 
     def forward(self, x: Tensor, *, inplace: bool = False) -> Tensor:
         """Apply Snake to x (B, C, T); with ``inplace`` the result overwrites x."""
+        if not _inplace_ok(x):  # autograd needs every intermediate: plain out-of-place ops
+            return x + (self.alpha + SNAKE_EPS).reciprocal() * torch.sin(self.alpha * x).pow(2)
         s = torch.mul(x, self.alpha).sin_()
         s.mul_(s).mul_((self.alpha + SNAKE_EPS).reciprocal())
-        if inplace and _inplace_ok(x):
+        if inplace:
             return x.add_(s)
         return s.add_(x)
 
