@@ -39,12 +39,20 @@ class RecordingCodec(FakeCodec):
         return super().decode_windows(windows)
 
 
-async def _stream_through(batcher: DecodeBatcher, codec, codes: list[int], seed: int, config):
-    """One stream: push codes in random bursts, decoding each planned window via the batcher."""
-    rng = random.Random(seed)
-    decoder, chunks, i = StreamDecoder(codec, config), [], 0
-    while i < len(codes):
-        n = rng.choice([1, 1, 2, 5])
+def _bursts(seed: int, total: int) -> list[int]:
+    """Push sizes summing to ``total`` (the same for a stream's batched and solo runs)."""
+    rng, sizes = random.Random(seed), []
+    while sum(sizes) < total:
+        sizes.append(min(total - sum(sizes), rng.choice([1, 1, 2, 5])))
+    return sizes
+
+
+async def _stream_through(
+    batcher: DecodeBatcher, codec, codes: list[int], seed: int, config, condition=None
+):
+    """One stream: push codes in bursts, decoding each planned window via the batcher."""
+    decoder, chunks, i = StreamDecoder(codec, config, condition=condition), [], 0
+    for n in _bursts(seed, len(codes)):
         jobs = decoder.plan(codes[i : i + n])
         i += n
         for job in jobs:
@@ -55,9 +63,13 @@ async def _stream_through(batcher: DecodeBatcher, codec, codes: list[int], seed:
     return chunks
 
 
-def _solo(codec, codes: list[int], config) -> list[np.ndarray]:
-    decoder = StreamDecoder(codec, config)
-    return [c for code in codes for c in decoder.push([code])] + decoder.finish()
+def _solo(codec, codes: list[int], seed: int, config, condition=None) -> list[np.ndarray]:
+    """The same stream decoded alone, with the same push sizes (hence the same windows)."""
+    decoder, chunks, i = StreamDecoder(codec, config, condition=condition), [], 0
+    for n in _bursts(seed, len(codes)):
+        chunks += decoder.push(codes[i : i + n])
+        i += n
+    return chunks + decoder.finish()
 
 
 async def test_concurrent_streams_get_their_own_unbatched_results() -> None:
@@ -72,8 +84,8 @@ async def test_concurrent_streams_get_their_own_unbatched_results() -> None:
         )
     finally:
         await batcher.close()
-    for codes, chunks in zip(streams, results, strict=True):
-        solo = _solo(FakeCodec(context_frames=2), codes, config)
+    for seed, (codes, chunks) in enumerate(zip(streams, results, strict=True)):
+        solo = _solo(FakeCodec(context_frames=2), codes, seed, config)
         np.testing.assert_array_equal(np.concatenate(chunks), np.concatenate(solo))
     stats = batcher.stats()
     assert stats["windows"] == sum(len(r) for r in results)
@@ -97,8 +109,36 @@ async def test_snac_windows_batched_across_streams_equal_unbatched(snac_random_d
     finally:
         await batcher.close()
     assert batcher.stats()["mean_batch_size"] > 1.0
-    for codes, chunks in zip(streams, results, strict=True):
-        solo = np.concatenate(_solo(codec, codes, config))
+    for seed, (codes, chunks) in enumerate(zip(streams, results, strict=True)):
+        solo = np.concatenate(_solo(codec, codes, seed, config))
+        np.testing.assert_allclose(np.concatenate(chunks), solo, atol=1e-5)
+
+
+async def test_bicodec_streams_with_their_own_globals_batched_equal_unbatched(
+    tmp_path: Path,
+) -> None:
+    from pipecat_veena.codecs.bicodec import BiCodecCodec, write_random_checkpoint
+
+    codec = BiCodecCodec.from_pretrained(write_random_checkpoint(tmp_path, "tiny", seed=1))
+    config = StreamConfig(first_frames=2, lookahead_frames=4, max_chunk_frames=16)
+    rng = np.random.default_rng(1)
+    streams = [
+        (rng.integers(0, 8192, size=n).tolist(), rng.integers(0, 4096, size=32))
+        for n in (5, 30, 47, 60)
+    ]
+    batcher = DecodeBatcher(codec, max_batch=8, max_wait_ms=20.0, max_pad_ratio=100.0)
+    try:
+        results = await asyncio.gather(
+            *(
+                _stream_through(batcher, codec, codes, s, config, globals_)
+                for s, (codes, globals_) in enumerate(streams)
+            )
+        )
+    finally:
+        await batcher.close()
+    assert batcher.stats()["mean_batch_size"] > 1.0
+    for seed, ((codes, globals_), chunks) in enumerate(zip(streams, results, strict=True)):
+        solo = np.concatenate(_solo(codec, codes, seed, config, globals_))
         np.testing.assert_allclose(np.concatenate(chunks), solo, atol=1e-5)
 
 
