@@ -42,7 +42,7 @@ def _measured_receptive_field(decoder: BiCodecDecoder, steps: int, token: int) -
         features, speaker = decoder.quantizer(ids), decoder.speaker_encoder(globals_)
     features.requires_grad_(True)
     hop = decoder.hop_length
-    decoder.synthesize(features, speaker)[0, token * hop : (token + 1) * hop].sum().backward()
+    decoder(features, speaker)[0, token * hop : (token + 1) * hop].sum().backward()
     touched = torch.nonzero(features.grad[0].abs().sum(-1)).flatten()
     return token - int(touched.min()), int(touched.max()) - token
 

@@ -149,10 +149,8 @@ class BiCodecDecoder(nn.Module):
             masks.append(keep[:, None, :].to(self.dtype))
         return masks
 
-    def synthesize(
-        self, features: Tensor, speaker: Tensor, lengths: Tensor | None = None
-    ) -> Tensor:
-        """Continuous part of the decode (differentiable; used by the receptive-field test).
+    def forward(self, features: Tensor, speaker: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """Continuous part of the decode: differentiable, and what ``self.compile()`` compiles.
 
         Args:
             features: (B, T, C) projected codebook vectors (``quantizer`` output).
@@ -188,9 +186,7 @@ class BiCodecDecoder(nn.Module):
         device = self.device
         semantic_ids, global_ids = semantic_ids.to(device), global_ids.to(device)
         lengths = None if lengths is None else lengths.to(device)
-        wav = self.synthesize(
-            self.quantizer(semantic_ids), self.speaker_encoder(global_ids), lengths
-        )
+        wav = self(self.quantizer(semantic_ids), self.speaker_encoder(global_ids), lengths)
         return wav.float()
 
     def _check_ids(self, semantic: Tensor, globals_: Tensor, lengths: Tensor | None) -> None:
