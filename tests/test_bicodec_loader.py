@@ -223,12 +223,14 @@ def test_random_weights_are_audible_not_clipped(tiny_dir: Path) -> None:
 
 
 _RSS_PROBE = """
-import resource, sys
+import sys
 from pipecat_veena.codecs.bicodec import BiCodecDecoder
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def peak_rss():  # VmHWM: this process's peak RSS (ru_maxrss would include the parent's, via exec)
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM"))
+before = peak_rss()
 model = BiCodecDecoder.from_pretrained(sys.argv[1])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print((peak - before) * 1024, sum(p.numel() * p.element_size() for p in model.parameters()))
+print(peak_rss() - before, sum(p.numel() * p.element_size() for p in model.parameters()))
 """
 
 

@@ -1,0 +1,244 @@
+"""BiCodec decode on CPU: our decoder vs flashtts's reference modules, and windowed-decode error.
+
+Measures, in one run on the same cores (the machine is shared and noisy, so compare ratios):
+- ms of compute (wall clock, ``--threads`` torch threads) per second of audio, real config,
+  ``--tokens`` tokens, batch 1/4/8: reference fp32, ours fp32 (exact path), ours bf16 weights,
+  ours fp32 under bf16 autocast, ours torch.compile (inductor, frozen weights) fp32 and bf16;
+- parity of ours with the reference on the same weights, and bf16's SNR against fp32;
+- windowed decode error against the full decode for right contexts R (left context = the
+  receptive field): max abs and SNR in dB;
+- write time of the real random checkpoint, peak RSS growth while loading it, tiny-config speed.
+
+Run: ``.venv/bin/python -m benchmarks.codec_cpu`` (``--quick`` for a smoke run: fewer repeats,
+no compile, no section written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from loguru import logger
+
+from benchmarks._report import update_section
+from pipecat_veena.codecs.base import CodecWindow
+from pipecat_veena.codecs.bicodec import BiCodecCodec, BiCodecDecoder, write_random_checkpoint
+from pipecat_veena.codecs.bicodec.checkpoint import REAL_CONFIG
+from pipecat_veena.codecs.bicodec.reference import ReferenceDetokenizer
+
+COMMAND = ".venv/bin/python -m benchmarks.codec_cpu"
+RIGHT_CONTEXTS = (0, 4, 8, 16, 32, 67)
+EMIT = 25  # tokens emitted per window in the window-error curve
+
+_RSS_PROBE = """
+import sys
+from pipecat_veena.codecs.bicodec import BiCodecDecoder
+def peak_rss():  # VmHWM: this process's peak RSS (ru_maxrss would include the parent's, via exec)
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM"))
+before = peak_rss()
+model = BiCodecDecoder.from_pretrained(sys.argv[1])
+print(peak_rss() - before, sum(p.numel() * p.element_size() for p in model.parameters()))
+"""
+
+
+def _tokens(batch: int, steps: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return (
+        torch.randint(0, 8192, (batch, steps), generator=gen),
+        torch.randint(0, 4096, (batch, 32), generator=gen),
+    )
+
+
+def _snr_db(ref: torch.Tensor | np.ndarray, test: torch.Tensor | np.ndarray) -> float:
+    ref, test = np.asarray(ref, np.float64), np.asarray(test, np.float64)
+    noise = np.mean((ref - test) ** 2)
+    return float("inf") if noise == 0 else float(10 * np.log10(np.mean(ref**2) / noise))
+
+
+def _variants(ref_dir: Path, compile_: bool) -> dict[str, Callable]:
+    """name -> decode(semantic, globals) returning (B, N) audio."""
+    torch.manual_seed(0)
+    reference = ReferenceDetokenizer(REAL_CONFIG).randomize(seed=1).eval()
+    reference.save(ref_dir, REAL_CONFIG)
+    fp32 = BiCodecDecoder.from_pretrained(ref_dir)
+    bf16 = BiCodecDecoder.from_pretrained(ref_dir, dtype=torch.bfloat16)
+
+    def autocast(sem: torch.Tensor, glob: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return fp32.decode(sem, glob)
+
+    variants = {
+        "reference fp32 (flashtts)": lambda s, g: reference(s, g)[:, 0],
+        "ours fp32": fp32.decode,
+        "ours bf16 weights": bf16.decode,
+        "ours fp32 + bf16 autocast": autocast,
+    }
+    if compile_:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.freezing = True  # weights become constants: prepacked conv weights
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            model = BiCodecDecoder.from_pretrained(ref_dir, dtype=dtype)
+            model.compile()
+            variants[f"ours {name} torch.compile"] = model.decode
+    return variants
+
+
+def _speed(variants: dict[str, Callable], batches: list[int], steps: int, repeats: int) -> dict:
+    """{(name, batch): [seconds per call...]}, interleaving variants so noise hits all alike."""
+    hop, rate = REAL_CONFIG["mel_params"]["hop_length"], REAL_CONFIG["mel_params"]["sample_rate"]
+    times: dict[tuple[str, int], list[float]] = {}
+    outputs: dict[tuple[str, int], torch.Tensor] = {}
+    for batch in batches:
+        sem, glob = _tokens(batch, steps)
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            outputs[name, batch] = fn(sem, glob).float()  # warm-up (and compile)
+            logger.info(f"{name} batch {batch}: warm-up {time.perf_counter() - start:.1f} s")
+        for _ in range(repeats):
+            for name, fn in variants.items():
+                start = time.perf_counter()
+                fn(sem, glob)
+                times.setdefault((name, batch), []).append(time.perf_counter() - start)
+    audio_s = {b: b * steps * hop / rate for b in batches}
+    return {"times": times, "audio_s": audio_s, "outputs": outputs}
+
+
+def _window_curve(codec: BiCodecCodec, steps: int) -> list[tuple[int, float, float]]:
+    """(R, max abs error, SNR dB) of emitted samples vs the full decode, left context = RF."""
+    rng = np.random.default_rng(0)
+    frames, glob = rng.integers(0, 8192, (steps, 1)), rng.integers(0, 4096, 32)
+    hop, ctx = codec.samples_per_frame, codec.context_frames
+    full = codec.decode_windows([CodecWindow(frames, glob)])[0]
+    starts = range(ctx, steps - EMIT - max(RIGHT_CONTEXTS), 2 * EMIT)
+    rows = []
+    for right in RIGHT_CONTEXTS:
+        windows = [CodecWindow(frames[s - ctx : s + EMIT + right], glob) for s in starts]
+        decoded = codec.decode_windows(windows)
+        got = np.concatenate([w[ctx * hop : (ctx + EMIT) * hop] for w in decoded])
+        want = np.concatenate([full[s * hop : (s + EMIT) * hop] for s in starts])
+        rows.append((right, float(np.abs(got - want).max()), _snr_db(want, got)))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--batches", default="1,4,8")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="smoke run; writes no section")
+    args = parser.parse_args()
+    if args.quick:
+        args.tokens, args.batches, args.repeats, args.no_compile = 50, "1,2", 1, True
+    torch.set_num_threads(args.threads)
+    batches = [int(b) for b in args.batches.split(",")]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        start = time.perf_counter()
+        write_random_checkpoint(root / "real" / "BiCodec", "real")
+        write_s = time.perf_counter() - start
+        probe = subprocess.run(
+            [sys.executable, "-c", _RSS_PROBE, str(root / "real")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        rss_mb, weights_mb = (float(x) / 2**20 for x in probe.stdout.split())
+
+        real = BiCodecCodec.from_pretrained(root / "real")
+        curve = _window_curve(real, steps=400 if not args.quick else 200)
+        real_wav = real.decode_windows([CodecWindow(*_np_tokens(args.tokens))])[0]
+        del real
+
+        write_random_checkpoint(root / "tiny" / "BiCodec", "tiny")
+        tiny = BiCodecDecoder.from_pretrained(root / "tiny")
+        sem, glob = _tokens(1, args.tokens)
+        tiny_wav = tiny.decode(sem, glob)
+        tiny_ms = 1000 * min(_timed(lambda: tiny.decode(sem, glob)) for _ in range(5))
+
+        variants = _variants(root / "ref" / "BiCodec", compile_=not args.no_compile)
+        speed = _speed(variants, batches, args.tokens, args.repeats)
+
+    body = _report(args, batches, speed, curve, write_s, rss_mb, weights_mb, real_wav)
+    body += (
+        f"\nTiny config (tests): {args.tokens} tokens decode in {tiny_ms:.1f} ms (batch 1, best "
+        f"of 5); random-weight output rms {float(tiny_wav.pow(2).mean().sqrt()):.3f}, "
+        f"peak {float(tiny_wav.abs().max()):.3f}.\n"
+    )
+    print(body)
+    if not args.quick:
+        update_section("codec_cpu", "BiCodec decoder on CPU (codec_cpu)", COMMAND, body)
+
+
+def _np_tokens(steps: int) -> tuple[np.ndarray, np.ndarray]:
+    sem, glob = _tokens(1, steps, seed=9)
+    return sem.numpy().T.copy(), glob.numpy()[0]
+
+
+def _timed(fn: Callable) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _report(args, batches, speed, curve, write_s, rss_mb, weights_mb, real_wav) -> str:
+    times, audio_s, outputs = speed["times"], speed["audio_s"], speed["outputs"]
+    names = list(dict.fromkeys(name for name, _ in times))
+    ref_name, exact = names[0], "ours fp32"
+    head = "| variant | " + " | ".join(f"batch {b}: best / median" for b in batches) + " |"
+    lines = [
+        f"Real config, {args.tokens} tokens ({args.tokens / 50:.0f} s of audio per item), "
+        f"{args.threads} threads, best and median of {args.repeats} interleaved runs. "
+        "**ms of compute per second of audio** (lower is better); x = speed-up over the "
+        "reference's best in this run.",
+        "",
+        head,
+        "|---|" + "---|" * len(batches),
+    ]
+    for name in names:
+        cells = []
+        for b in batches:
+            best, med = (1000 * f(times[name, b]) / audio_s[b] for f in (min, statistics.median))
+            ref_best = 1000 * min(times[ref_name, b]) / audio_s[b]
+            cells.append(f"{best:.0f} / {med:.0f} ({ref_best / best:.2f}x)")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Accuracy against the exact fp32 path on the same weights (batch 1):", ""]
+    lines += ["| variant | max abs error | SNR dB |", "|---|---|---|"]
+    want = outputs[exact, batches[0]]
+    for name in names:
+        got = outputs[name, batches[0]]
+        err = float((got - want).abs().max())
+        lines.append(f"| {name} | {err:.2e} | {_snr_db(want, got):.1f} |")
+    lines += [
+        "",
+        f"Windowed decode (real config, random weights from write_random_checkpoint, rms "
+        f"{float(np.sqrt(np.mean(real_wav**2))):.3f}): left context = receptive field, emit "
+        f"{EMIT} tokens, error of the emitted samples against the full decode.",
+        "",
+        "| right context R (tokens) | max abs error | SNR dB |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {r} | {err:.2e} | {snr:.1f} |" for r, err, snr in curve]
+    lines += [
+        "",
+        f"write_random_checkpoint('real'): {write_s:.1f} s. Loading it: peak RSS grows "
+        f"{rss_mb:.0f} MiB for {weights_mb:.0f} MiB of fp32 weights (one copy; plain reads, "
+        "no memory map).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
