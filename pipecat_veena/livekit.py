@@ -117,6 +117,11 @@ class VeenaTTS(tts.TTS):
             VeenaTTSOptions(voice, temperature, top_k, top_p, repetition_penalty, seed)
         )
         self._tokenizer = sentence_tokenizer or tokenize.blingfire.SentenceTokenizer()
+        if not engine.config.pin_voices:
+            logger.warning(
+                f"{self.label}: stream() speaks each sentence as its own engine request; with "
+                "EngineConfig(pin_voices=False) a generated voice may change between sentences"
+            )
         self._start_task: asyncio.Future[None] | None = None
         self._streams: weakref.WeakSet[Any] = weakref.WeakSet()
 

@@ -49,7 +49,7 @@ class FakeEngine:
     voices = ["female", "male"]
 
     def __init__(self, *, chunks=5, fail_at=None, failures=1, error=None, delay=0.0, running=True):
-        self.config = SimpleNamespace(checkpoint=Path("/models/fake-veena"))
+        self.config = SimpleNamespace(checkpoint=Path("/models/fake-veena"), pin_voices=True)
         self.chunks, self.fail_at, self.failures = chunks, fail_at, failures
         self.error = error or MalformedStreamError("injected fault")
         self.delay = delay
@@ -313,6 +313,15 @@ async def test_first_call_starts_a_stopped_engine_once():
     tts = VeenaTTS(engine, sample_rate=RATE)
     frames = await asyncio.gather(*(tts.synthesize(f"Call {i}.").collect() for i in range(3)))
     assert engine.started == 1 and all(f.samples_per_channel == 5 * CHUNK for f in frames)
+
+
+def test_unpinned_voices_are_warned_about(caplog_loguru):
+    engine = FakeEngine()
+    VeenaTTS(engine)
+    assert caplog_loguru.text == ""
+    engine.config.pin_voices = False
+    VeenaTTS(engine)
+    assert "pin_voices=False" in caplog_loguru.text
 
 
 async def _speak(tts, text, streamed):
