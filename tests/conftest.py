@@ -112,3 +112,11 @@ def caplog_loguru():
     handler = logger.add(sink.write, level="WARNING")
     yield sink
     logger.remove(handler)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def veena_generator(veena_checkpoint: Path) -> AsyncIterator:
+    """A started vLLM CPU engine on the demo Veena LLM (at the checkpoint root), session-wide."""
+    pytest.importorskip("vllm")
+    async for generator in _started_generator(veena_checkpoint):
+        yield generator

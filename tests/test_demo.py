@@ -1,0 +1,328 @@
+"""Demo checkpoints: layout, tokenizers, determinism, loadability, and the LLM grammar through the
+real vLLM CPU engine (greedy and at the engine's default sampling).
+
+Prompts are built with the engine's own prompt formats (``pipecat_veena.prompts``); the checks
+read raw token ids, so a wrong count or order anywhere fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+from tokenizers import Tokenizer
+
+from pipecat_veena.demo import DEMO_KINDS, build_demo_checkpoint
+from pipecat_veena.demo.build import MARKER
+from pipecat_veena.demo.spark import SEMANTICS_PER_TOKEN, SPEAKERS, spark_grammar
+from pipecat_veena.generation.base import SamplingOptions
+from pipecat_veena.prompts import SparkPrompts, TextEncoder, VeenaPrompts, Voice
+from pipecat_veena.tokens import BiCodecIds, SnacIds
+
+TEXTS = {
+    "en-short": "Hi there.",
+    "hi-short": "नमस्ते!",
+    "en": "The meeting starts at ten, in room B-12.",
+    "hi": "आज मौसम बहुत अच्छा है, चलो बाहर चलते हैं।",
+    "mixed": "आज का meeting बहुत productive था, thanks!",
+    "symbols": "Is x < y | z > w? Yes <laugh> it is.",
+    "en-long": (
+        "Streaming speech should start quickly; voice agents need low latency, natural prosody "
+        "and clear words."
+    ),
+}
+#: Texts of increasing length (same language): the semantic count must grow along them.
+GROWING = ("Hi.", "Hello, how are you?", "Hello, how are you today? I hope all is well with you.")
+GREEDY = SamplingOptions(temperature=0.0, max_tokens=1500)
+SAMPLED = SamplingOptions(temperature=0.8, top_k=50, top_p=1.0, max_tokens=1500)
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.endswith(".lock")
+    }
+
+
+def test_unknown_kind_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="spark, spark-tiny, veena"):
+        build_demo_checkpoint("orpheus", tmp_path)
+
+
+@pytest.mark.slow
+def test_build_is_deterministic_and_cached(tmp_path: Path) -> None:
+    """Two builds in two directories give the same bytes, file by file; a rebuild reuses."""
+    roots = {}
+    for name in ("a", "b"):
+        for kind in ("spark-tiny", "veena"):
+            roots[name, kind] = build_demo_checkpoint(kind, tmp_path / name, _steps=4)
+    for kind in ("spark-tiny", "veena"):
+        first, second = _hashes(roots["a", kind]), _hashes(roots["b", kind])
+        assert len(first) >= 8
+        assert first == second, f"{kind}: files differ between two builds"
+    llms_a, llms_b = _hashes(tmp_path / "a" / ".llms"), _hashes(tmp_path / "b" / ".llms")
+    assert llms_a == llms_b
+    marker = roots["a", "veena"] / MARKER
+    stamp = marker.stat().st_mtime_ns
+    assert build_demo_checkpoint("veena", tmp_path / "a", _steps=4) == roots["a", "veena"]
+    assert marker.stat().st_mtime_ns == stamp, "a current build must be reused"
+    assert not list((tmp_path / "a").glob(".tmp-*")), "temporary build directories left behind"
+
+
+def test_spark_layout(spark_tiny_checkpoint: Path) -> None:
+    root = spark_tiny_checkpoint
+    for rel in (
+        "LLM/config.json", "LLM/model.safetensors", "LLM/tokenizer.json",
+        "LLM/tokenizer_config.json", "BiCodec/config.yaml", "BiCodec/model.safetensors",
+        "config.yaml", "voices.json", "README.md",
+    ):  # fmt: skip
+        assert (root / rel).is_file(), rel
+    top = yaml.safe_load((root / "config.yaml").read_text())
+    assert top["sample_rate"] == 16000 and top["latent_hop_length"] == 320
+    assert top["ref_segment_duration"] == 6 and top["volume_normalize"] is True
+    assert "audio_tokenizer" in yaml.safe_load((root / "BiCodec/config.yaml").read_text())
+    config = json.loads((root / "LLM/config.json").read_text())
+    assert config["architectures"] == ["Qwen2ForCausalLM"]
+    assert config["hidden_size"] // config["num_attention_heads"] >= 32
+    assert "sound, not words" in (root / "README.md").read_text()
+    voices = json.loads((root / "voices.json").read_text())
+    assert voices["format"] == "veena3"
+    assert voices["template"].endswith("<|start_global_token|>")
+    assert voices["default_voice"] in voices["voices"]
+    assert voices["emotion_tags"] == ["<laugh>", "<sigh>", "<happy>", "<sad>"]
+    for name, spec in voices["voices"].items():
+        assert spec["speaker"] == f"<|speaker_{name}|>"
+        assert len(spec.get("globals", [0] * 32)) == 32
+
+
+def test_veena_layout_and_snac_loads(veena_checkpoint: Path) -> None:
+    snac = pytest.importorskip("snac")
+    root = veena_checkpoint
+    config = json.loads((root / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["head_dim"] >= 32 and config["vocab_size"] >= 128266 + 7 * 4096
+    assert "sound, not words" in (root / "README.md").read_text()
+    codec_config = json.loads((root / "snac_24khz/config.json").read_text())
+    assert codec_config["sampling_rate"] == 24000 and codec_config["vq_strides"] == [4, 2, 1]
+    model = snac.SNAC.from_pretrained(str(root / "snac_24khz"))
+    assert model.hop_length == 512
+
+
+@pytest.mark.parametrize("kind", ["spark-tiny", "veena"])
+def test_control_and_codec_tokens_are_single_ids(kind: str, request: pytest.FixtureRequest) -> None:
+    from transformers import AutoTokenizer
+
+    root = request.getfixturevalue(f"{kind.replace('-', '_')}_checkpoint")
+    llm = root / "LLM" if kind != "veena" else root
+    fast = Tokenizer.from_file(str(llm / "tokenizer.json"))
+    auto = AutoTokenizer.from_pretrained(str(llm))
+    if kind == "veena":
+        tokens = [f"<custom_token_{n}>" for n in range(10 + 7 * 4096)]
+        tokens += ["<spk_kavya>", "<spk_agastya>", "<spk_maitri>", "<spk_vinaya>"]
+    else:
+        tokens = [t for t in fast.get_added_tokens_decoder().values()]
+        tokens = [t.content for t in tokens]
+        assert {"<|speaker_lipakshi|>", "<laugh>", "<|pitch_value_1000|>"} <= set(tokens)
+    for tok_ids in (
+        fast.encode_batch(tokens, add_special_tokens=False),
+        auto(tokens, add_special_tokens=False)["input_ids"],
+    ):
+        ids = [getattr(e, "ids", e) for e in tok_ids]
+        bad = [t for t, i in zip(tokens, ids, strict=True) if len(i) != 1]
+        assert not bad, f"not one id: {bad[:5]}"
+        assert [i[0] for i in ids] == [fast.token_to_id(t) for t in tokens]
+    if kind == "veena":
+        exact = {"<custom_token_3>": 128259, "<custom_token_4>": 128260, "<custom_token_1>": 128257}
+        exact |= {"<custom_token_2>": 128258, "<custom_token_6>": 128262}
+        exact |= {"<custom_token_10>": 128266, f"<custom_token_{10 + 6 * 4096 + 4095}>": 156937}
+        assert {t: fast.token_to_id(t) for t in exact} == exact
+        assert SnacIds.from_lookup(fast.token_to_id).audio_base == 128266
+    else:
+        BiCodecIds.from_lookup(fast.token_to_id)  # contiguous codec ids, every marker present
+    assert len(fast.encode("any text, कोई भी पाठ ✓ \x00", add_special_tokens=False).ids) > 0
+
+
+@pytest.mark.parametrize("kind", ["spark-tiny", "veena"])
+def test_llm_loads_in_transformers(kind: str, request: pytest.FixtureRequest) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    root = request.getfixturevalue(f"{kind.replace('-', '_')}_checkpoint")
+    llm = root / "LLM" if kind != "veena" else root
+    model = AutoModelForCausalLM.from_pretrained(str(llm))
+    tok = AutoTokenizer.from_pretrained(str(llm))
+    assert model.config.vocab_size >= len(tok)
+    ids = torch.tensor([tok.encode("hello", add_special_tokens=False)])
+    with torch.no_grad():
+        logits = model(ids).logits
+    assert logits.shape == (1, ids.shape[1], model.config.vocab_size)
+    assert torch.isfinite(logits).all()
+
+
+# --- grammar through the real vLLM CPU engine -------------------------------------------------
+
+
+def _spark_setup(root: Path):
+    tok = Tokenizer.from_file(str(root / "LLM" / "tokenizer.json"))
+    voices = json.loads((root / "voices.json").read_text())
+    ids = BiCodecIds.from_lookup(tok.token_to_id)
+    prompts = SparkPrompts(ids, TextEncoder(tok, voices["emotion_tags"]), voices["template"])
+    return tok, ids, prompts, spark_grammar(tok)
+
+
+def _spark_voices(grammar) -> dict[str, tuple[Voice, tuple[int, ...] | None]]:
+    """Voices of every prompt form, with the globals the demo must emit (None: prefilled)."""
+    rng = random.Random(3)
+    unseen = tuple(rng.randrange(4096) for _ in range(32))
+    ctl, spk = grammar.controllable_globals, grammar.speaker_globals
+    return {
+        "controllable": (Voice("m", gender=1, pitch=3, speed=0), ctl(1, 3, 0)),
+        "controllable-f": (Voice("f", gender=0, pitch=1, speed=4), ctl(0, 1, 4)),
+        "named": (Voice("nilay", speaker="<|speaker_nilay|>"), spk["nilay"]),
+        "named-default": (Voice("lipakshi", speaker="<|speaker_lipakshi|>"), spk["lipakshi"]),
+        "fixed": (Voice("meera", globals=spk["meera"]), None),
+        "unseen-globals": (Voice("clone", globals=unseen), None),
+    }
+
+
+def _spark_parse(out: list[int], ids: BiCodecIds, controllable: bool, prefilled: bool) -> dict:
+    """Check the Spark grammar strictly; return the globals and the semantic count."""
+    m = ids.markers
+    pos = 0
+    if controllable:
+        assert out[0] == m["start_acoustic_token"] and out[3] == m["end_acoustic_token"], out[:6]
+        assert out[4] == m["start_global_token"], out[:6]
+        pos = 5
+    glob: list[int] = []
+    if not prefilled:
+        glob = [t - ids.global_base for t in out[pos : pos + 32]]
+        assert all(0 <= g < 4096 for g in glob), out[pos : pos + 33]
+        assert out[pos + 32] == m["end_global_token"], out[pos : pos + 34]
+        pos += 33
+    assert out[pos] == m["start_semantic_token"], out[pos - 2 : pos + 2]
+    sem = out[pos + 1 : -1]
+    assert out[-1] == ids.eos, "no <|im_end|> at the end"
+    assert sem and all(0 <= t - ids.semantic_base < 8192 for t in sem), sem[:10]
+    return {"globals": tuple(glob), "semantics": len(sem)}
+
+
+async def _generate(generator, prompts: list[list[int]], options: SamplingOptions, stop) -> list:
+    async def one(i: int, prompt: list[int]) -> list[int]:
+        out: list[int] = []
+        opts = SamplingOptions(**{**options.__dict__, "stop_token_ids": stop, "seed": i})
+        async for delta in generator.generate(prompt, opts, f"demo-{random.random()}-{i}"):
+            out.extend(delta.token_ids)
+        return out
+
+    return await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+
+
+def _spark_cases(root: Path):
+    tok, ids, prompts, grammar = _spark_setup(root)
+    cases = []
+    for form, (voice, expected) in _spark_voices(grammar).items():
+        for name, text in TEXTS.items():
+            cases.append((form, name, voice, expected, prompts.build(text, voice)))
+    return ids, prompts, cases
+
+
+@pytest.mark.vllm
+async def test_spark_grammar_greedy(spark_generator, spark_tiny_checkpoint: Path) -> None:
+    """Every prompt form and text: the full grammar, the voice's exact globals, ~4 per id."""
+    ids, prompts, cases = _spark_cases(spark_tiny_checkpoint)
+    outs = await _generate(spark_generator, [c[-1] for c in cases], GREEDY, prompts.stop_ids)
+    for (form, name, _, expected, _), out in zip(cases, outs, strict=True):
+        parsed = _spark_parse(out, ids, form.startswith("controllable"), expected is None)
+        if expected is not None:
+            assert parsed["globals"] == expected, f"{form}/{name}: wrong voice globals"
+        n_text = len(prompts.encoder.user_text(TEXTS[name]))
+        ratio = parsed["semantics"] / (SEMANTICS_PER_TOKEN * n_text)
+        assert 0.5 <= ratio <= 1.5, f"{form}/{name}: {parsed['semantics']} semantics, {n_text} ids"
+
+
+@pytest.mark.vllm
+async def test_spark_semantic_count_grows_with_text(spark_generator, spark_tiny_checkpoint) -> None:
+    tok, ids, prompts, grammar = _spark_setup(spark_tiny_checkpoint)
+    for voice, expected in _spark_voices(grammar).values():
+        built = [prompts.build(t, voice) for t in GROWING]
+        outs = await _generate(spark_generator, built, GREEDY, prompts.stop_ids)
+        counts = [
+            _spark_parse(o, ids, voice.gender is not None, expected is None)["semantics"]
+            for o in outs
+        ]
+        assert counts == sorted(counts) and counts[0] < counts[-1], (voice, counts)
+
+
+@pytest.mark.vllm
+async def test_spark_grammar_sampled(spark_generator, spark_tiny_checkpoint: Path) -> None:
+    """At the engine defaults (T 0.8, top_k 50) nearly every stream follows the grammar."""
+    ids, prompts, cases = _spark_cases(spark_tiny_checkpoint)
+    outs = await _generate(spark_generator, [c[-1] for c in cases], SAMPLED, prompts.stop_ids)
+    ok = 0
+    for (form, _, _, expected, _), out in zip(cases, outs, strict=True):
+        try:
+            _spark_parse(out, ids, form.startswith("controllable"), expected is None)
+            ok += 1
+        except (AssertionError, IndexError):
+            pass
+    assert ok / len(cases) >= 0.9, f"grammar adherence at T=0.8: {ok}/{len(cases)}"
+
+
+def _veena_setup(root: Path):
+    tok = Tokenizer.from_file(str(root / "tokenizer.json"))
+    ids = SnacIds.from_lookup(tok.token_to_id)
+    return ids, VeenaPrompts(ids, TextEncoder(tok))
+
+
+def _veena_frames(out: list[int], ids: SnacIds) -> int:
+    """Check whole frames in slot order then END_OF_SPEECH; return the frame count."""
+    assert out[-1] == ids.end_of_speech, "no END_OF_SPEECH at the end"
+    codes = out[:-1]
+    assert codes and len(codes) % 7 == 0, f"{len(codes)} codes: not whole frames"
+    for i, t in enumerate(codes):
+        code = t - ids.audio_base - (i % 7) * ids.codebook_size
+        assert 0 <= code < ids.codebook_size, f"id {t} at slot {i % 7}"
+    return len(codes) // 7
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("options", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+async def test_veena_grammar(veena_generator, veena_checkpoint: Path, options) -> None:
+    ids, prompts = _veena_setup(veena_checkpoint)
+    cases = [(s, n) for s in ("kavya", "agastya", "maitri", "vinaya") for n in TEXTS]
+    built = [prompts.build(TEXTS[n], Voice(s, speaker=s)) for s, n in cases]
+    outs = await _generate(veena_generator, built, options, prompts.stop_ids)
+    ok = 0
+    for (speaker, name), out in zip(cases, outs, strict=True):
+        try:
+            frames = _veena_frames(out, ids)
+            n_text = len(prompts.encoder.user_text(TEXTS[name], lead=" "))
+            assert 0.5 <= frames / n_text <= 1.5, f"{speaker}/{name}: {frames} frames, {n_text}"
+            ok += 1
+        except AssertionError:
+            if options is GREEDY:
+                raise
+    assert ok / len(cases) >= 0.9, f"grammar adherence: {ok}/{len(cases)}"
+
+
+@pytest.mark.vllm
+async def test_veena_frames_grow_with_text_and_voice_differs(veena_generator, veena_checkpoint):
+    ids, prompts = _veena_setup(veena_checkpoint)
+    built = [prompts.build(t, Voice("kavya", speaker="kavya")) for t in GROWING]
+    outs = await _generate(veena_generator, built, GREEDY, prompts.stop_ids)
+    counts = [_veena_frames(o, ids) for o in outs]
+    assert counts == sorted(counts) and counts[0] < counts[-1], counts
+    voices = [prompts.build(GROWING[1], Voice(s, speaker=s)) for s in ("kavya", "vinaya")]
+    a, b = await _generate(veena_generator, voices, GREEDY, prompts.stop_ids)
+    assert a[0::7] != b[0::7], "two speakers gave the same slot-0 codes"
+
+
+def test_demo_kinds() -> None:
+    assert DEMO_KINDS == ("spark", "spark-tiny", "veena")
+    assert len(SPEAKERS) >= 3
