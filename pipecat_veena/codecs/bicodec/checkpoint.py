@@ -95,7 +95,7 @@ def _tiny_config() -> dict[str, Any]:
         tiny[block].update(input_channels=width, out_channels=width, vocos_dim=32)
         tiny[block].update(vocos_intermediate_dim=64, vocos_num_layers=3)
     tiny["prenet"]["condition_dim"] = width
-    tiny["decoder"].update(input_channel=width, channels=64)
+    tiny["decoder"].update(input_channel=width, channels=32)
     tiny["quantizer"]["input_dim"] = width
     tiny["speaker_encoder"].update(out_dim=width, latent_dim=16)
     return tiny

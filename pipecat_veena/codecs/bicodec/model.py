@@ -86,7 +86,7 @@ class BiCodecDecoder(nn.Module):
         self.speaker_encoder = SpeakerDecoder(config.speaker)
         self.prenet = Prenet(config.prenet)
         self.decoder = WaveGenerator(config.decoder)
-        self._positions: dict[tuple[int, torch.device], Tensor] = {}
+        self._positions: dict[torch.device, Tensor] = {}
 
     @classmethod
     def from_pretrained(
@@ -133,19 +133,21 @@ class BiCodecDecoder(nn.Module):
     def _masks(self, lengths: Tensor | None, steps: int) -> list[Tensor | None]:
         """Padding masks (B, 1, steps * f) at the token rate and after each up-sampling stage.
 
-        All None when nothing is padded. The position ramp is cached per length and device.
+        All None when nothing is padded. One position ramp per device is cached and grown to the
+        longest output seen, so masks cost no allocation beyond their own.
         """
         factors = [1]
         for rate in self.config.decoder.rates:
             factors.append(factors[-1] * rate)
         if lengths is None or bool((lengths >= steps).all()):
             return [None] * len(factors)
-        key = (steps * factors[-1], lengths.device)
-        if key not in self._positions:
-            self._positions[key] = torch.arange(key[0], device=lengths.device)
+        ramp = self._positions.get(lengths.device)
+        if ramp is None or ramp.numel() < steps * factors[-1]:
+            ramp = torch.arange(steps * factors[-1], device=lengths.device)
+            self._positions[lengths.device] = ramp
         masks = []
         for f in factors:
-            keep = self._positions[key][: steps * f] < (lengths[:, None] * f)
+            keep = ramp[: steps * f] < (lengths[:, None] * f)
             masks.append(keep[:, None, :].to(self.dtype))
         return masks
 
