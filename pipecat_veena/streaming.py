@@ -20,9 +20,12 @@ from loguru import logger
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow
 
 # Measured defaults per codec class (benchmarks/streaming.py, BENCHMARKS.md "streaming"), keyed by
-# class name so that this module never imports torch. BiCodec: 4 + 16 = 20 semantic tokens to first
-# audio, >= 80 dB seams (real config, random weights). SNAC: 1 + 2 frames = 21 tokens to first
-# audio. Left context defaults to the codec's receptive field (exact left seam).
+# class name so that this module never imports torch. BiCodec (real config, random weights):
+# 4 + 16 = 20 semantic tokens to first audio, seams at 88-94 dB with the reference init, 52 dB
+# with the more strongly coupled weights of write_random_checkpoint (R=24: 95 dB): retune R on
+# trained weights. SNAC: 1 + 2 frames = 21 tokens to first audio, 98 dB (94 dB with noise).
+# Growth x2 pays L + R rarely (BiCodec work 1.19 on 60 s) but needs an LLM at >= 2x real time
+# for gapless playback (the needed speed equals the growth). L defaults to the receptive field.
 _DEFAULTS = {
     "BiCodecCodec": dict(first_frames=4, lookahead_frames=16, growth=2.0, max_chunk_frames=1024),
     "SnacCodec": dict(first_frames=1, lookahead_frames=2, growth=2.0, max_chunk_frames=128),

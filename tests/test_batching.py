@@ -139,7 +139,8 @@ async def test_bicodec_streams_with_their_own_globals_batched_equal_unbatched(
     assert batcher.stats()["mean_batch_size"] > 1.0
     for seed, ((codes, globals_), chunks) in enumerate(zip(streams, results, strict=True)):
         solo = np.concatenate(_solo(codec, codes, seed, config, globals_))
-        np.testing.assert_allclose(np.concatenate(chunks), solo, atol=1e-5)
+        # float32 rounding only: batched matmuls sum in another order (peaks near 1.0)
+        np.testing.assert_allclose(np.concatenate(chunks), solo, atol=3e-5)
 
 
 def _window(n: int, value: int = 1, start: int = 0) -> CodecWindow:

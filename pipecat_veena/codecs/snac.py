@@ -18,6 +18,7 @@ import json
 import math
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -47,10 +48,11 @@ SNAC_24KHZ_CONFIG: dict = {
 _NOISE_PERIODS = (65521, 65519)
 
 
+@dataclass
 class _Batch:
-    """What the hooks need to know about the batch being decoded (frames per row, start frames)."""
+    """What the hooks need to know about the batch being decoded (set under the codec's lock)."""
 
-    lengths: torch.Tensor | None = None  # (B,) frames of each row, None when all rows are full
+    lengths: torch.Tensor | None = None  # (B,) frames of each row; None when no row is padded
     starts: torch.Tensor | None = None  # (B,) absolute start frame of each row
     max_frames: int = 1
 
