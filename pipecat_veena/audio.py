@@ -37,28 +37,6 @@ def to_pcm_bytes(audio: np.ndarray) -> bytes:
     return float_to_int16(audio).astype("<i2").tobytes()
 
 
-def fade_weights(length: int) -> tuple[np.ndarray, np.ndarray]:
-    """Equal-power fade-out and fade-in curves of ``length`` samples (sum of squares is 1)."""
-    t = (np.arange(length, dtype=np.float32) + 0.5) / max(length, 1)
-    return np.cos(0.5 * np.pi * t).astype(np.float32), np.sin(0.5 * np.pi * t).astype(np.float32)
-
-
-def crossfade(tail: np.ndarray, head: np.ndarray) -> np.ndarray:
-    """Blend the end of one chunk into the start of the next, over ``len(tail)`` samples.
-
-    Args:
-        tail: float32 (X,): the previous chunk's samples for the overlap region.
-        head: float32 (X,): the next chunk's samples for the same region.
-
-    Returns:
-        float32 (X,): ``tail`` faded out plus ``head`` faded in.
-    """
-    if tail.shape != head.shape:
-        raise ValueError(f"crossfade needs equal lengths, got {tail.shape} and {head.shape}")
-    fade_out, fade_in = fade_weights(tail.shape[0])
-    return tail * fade_out + head * fade_in
-
-
 def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
     """Signal-to-noise ratio of ``test`` against ``reference`` in dB (inf when identical)."""
     reference = np.asarray(reference, dtype=np.float64)

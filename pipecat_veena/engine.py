@@ -27,7 +27,7 @@ from pipecat_veena.errors import EngineNotRunningError, NoAudioError
 from pipecat_veena.formats import ModelFormat, VoicePrint, load_format, load_tokenizer
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.guards import RepetitionGuard
-from pipecat_veena.streaming import StreamConfig, StreamDecoder
+from pipecat_veena.streaming import StreamConfig, StreamDecoder, should_hurry
 from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, split_text
 
 #: A code stream periodic over this many seconds is a loop; periods up to LOOP_PERIOD_S count.
@@ -54,6 +54,9 @@ class EngineConfig:
         max_model_len: longest prompt plus generation.
         decode_max_batch: most windows decoded in one codec call.
         decode_max_wait_ms: how long a window may wait for others to batch with.
+        min_buffer_s: when the audio emitted ahead of real time falls below this, whatever is
+            ready is decoded at once instead of waiting for the next (growing) chunk: playback
+            stays gapless even when the LLM runs at less than twice real time.
         warmup: run one short utterance at start so the first call is not slow.
         log_requests: log each request at info level.
         generator_kwargs: further VllmGenerator arguments (dtype, kv_cache_memory_bytes, ...).
@@ -69,6 +72,7 @@ class EngineConfig:
     max_model_len: int = 4096
     decode_max_batch: int = 16
     decode_max_wait_ms: float = 2.0
+    min_buffer_s: float = 0.3
     warmup: bool = True
     log_requests: bool = False
     generator_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -368,6 +372,9 @@ class _Request:
         self.tokens = 0
         self.samples = 0
         self.aborted = False
+        self.first_audio_at: float | None = None
+        self.first_code_at = 0.0
+        self.last_decode_s = 0.0
         self.llm_request_id: str | None = None
         self.started = time.perf_counter()
         per_second = codec.frame_rate * codec.codes_per_frame
@@ -433,12 +440,14 @@ class _Request:
                         self.codec, self.engine._stream_config, condition=self._condition(parser)
                     )
                 if codes:
+                    if not self.first_code_at:
+                        self.first_code_at = time.monotonic()
                     if self.guard.feed(codes):
                         logger.warning(
                             f"{self.rid}: generation is looping (period {self.guard.period} "
                             "codes); stopping this utterance"
                         )
-                    for job in self.decoder.plan(codes):
+                    for job in self.decoder.plan(codes, urgent=self._urgent()):
                         chunk = await self._decode(job)
                         if self.aborted:
                             return
@@ -451,6 +460,22 @@ class _Request:
                 f"{self.rid}: part {index} hit the runaway cap ({options.max_tokens} tokens) "
                 "for its text length; stopped it"
             )
+
+    def _urgent(self) -> bool:
+        """True when waiting for the next grown chunk would let the listener's buffer run dry.
+
+        The wait is estimated from this request's own generation rate; the margin is the
+        configured minimum buffer or twice the last decode time, whichever is larger.
+        """
+        if self.first_audio_at is None:
+            return False
+        now = time.monotonic()
+        return should_hurry(
+            buffered_s=self.samples / self.codec.sample_rate - (now - self.first_audio_at),
+            frames_until_due=self.decoder.frames_until_due,
+            frames_per_s=self.decoder.frames_received / max(now - self.first_code_at, 1e-6),
+            margin_s=max(self.engine.config.min_buffer_s, 2.0 * self.last_decode_s),
+        )
 
     async def abort(self) -> None:
         """Stop this request: abort its LLM request now; its iterator then ends quietly."""
@@ -478,9 +503,13 @@ class _Request:
         return self.pinned.globals
 
     async def _decode(self, job: Any) -> AudioChunk | None:
+        started = time.monotonic()
         audio = await self.engine._batcher.decode(job.window)
+        self.last_decode_s = time.monotonic() - started
         samples = self.decoder.accept(job, audio)
         if len(samples) == 0:
             return None
         self.samples += len(samples)
+        if self.first_audio_at is None:
+            self.first_audio_at = time.monotonic()
         return AudioChunk(to_pcm_bytes(samples), self.codec.sample_rate, self.tokens)

@@ -100,6 +100,25 @@ class Window:
         return self.context_end - self.context_start
 
 
+def should_hurry(
+    buffered_s: float, frames_until_due: int, frames_per_s: float, margin_s: float
+) -> bool:
+    """Whether to emit a chunk now rather than wait for the next grown one.
+
+    Args:
+        buffered_s: audio already emitted but not yet played, in seconds.
+        frames_until_due: frames still to arrive before the next regular chunk is due.
+        frames_per_s: the stream's generation rate, in frames per second.
+        margin_s: the buffer to keep for the decode and delivery of a chunk.
+
+    Returns:
+        True when waiting would let the buffer fall below ``margin_s``.
+    """
+    if frames_until_due <= 0:
+        return False
+    return buffered_s - frames_until_due / max(frames_per_s, 1e-9) < margin_s
+
+
 class StreamScheduler:
     """Plans the windows of one stream from frame counts alone (integers only, no arrays).
 
@@ -121,6 +140,7 @@ class StreamScheduler:
         self._growth = growth
         self._max = max_chunk_frames
         self._target = first_frames
+        self._previous = first_frames  # the target of the last chunk planned
         self._available = 0
         self._final = False
         #: Frames emitted so far (planned windows included).
@@ -144,12 +164,18 @@ class StreamScheduler:
             max_chunk_frames=config.max_chunk_frames,
         )
 
-    def next_window(self, available: int, final: bool = False) -> Window | None:
+    def next_window(
+        self, available: int, final: bool = False, urgent: bool = False
+    ) -> Window | None:
         """The next window to decode once ``available`` frames exist, or None to wait.
 
         Args:
             available: frames received so far (never decreases).
             final: True once the stream has ended (flush without lookahead).
+            urgent: the listener is about to run out of audio: emit a chunk as soon as the
+                previous chunk's size is ready instead of waiting for the grown target, and do
+                not grow. Growth alone needs the LLM at ``growth`` times real time; with urgent
+                chunks any LLM faster than real time plays without gaps.
 
         Returns:
             The window (this call advances the scheduler past it), or None.
@@ -162,13 +188,16 @@ class StreamScheduler:
         self._available, self._final = available, self._final or final
         ready = available if self._final else available - self._lookahead
         pending = ready - self.emitted
-        if pending <= 0 or (not self._final and pending < self._target):
+        needed = self._previous if urgent else self._target
+        if pending <= 0 or (not self._final and pending < needed):
             return None
         start = self.emitted
         end = start + min(pending, self._max)
         self.emitted = end
         self.chunks += 1
-        self._target = min(self._max, max(self._target, int(self._target * self._growth)))
+        if pending >= self._target:
+            self._previous = self._target
+            self._target = min(self._max, max(self._target, int(self._target * self._growth)))
         return Window(
             context_start=max(0, start - self._left),
             emit_start=start,
@@ -176,10 +205,16 @@ class StreamScheduler:
             context_end=min(available, end + self._lookahead),
         )
 
-    def windows(self, available: int, final: bool = False) -> list[Window]:
+    def frames_until_due(self, available: int) -> int:
+        """Frames still to arrive before the next regular (grown) chunk is due; 0 if it is."""
+        if self._final:
+            return 0
+        return max(0, self.emitted + self._target + self._lookahead - available)
+
+    def windows(self, available: int, final: bool = False, urgent: bool = False) -> list[Window]:
         """All windows that can be decoded now, in order."""
         out = []
-        while (window := self.next_window(available, final)) is not None:
+        while (window := self.next_window(available, final, urgent)) is not None:
             out.append(window)
         return out
 
@@ -248,12 +283,20 @@ class StreamDecoder:
         """Complete frames received so far."""
         return self._base + len(self._codes) // self._k
 
-    def plan(self, codes: Sequence[int]) -> list[DecodeJob]:
-        """Add codes (flat ints, K per frame; a partial frame waits) and plan what is ready."""
+    @property
+    def frames_until_due(self) -> int:
+        """Frames still to arrive before the next regular chunk is due (0: one is due)."""
+        return self.scheduler.frames_until_due(self.frames_received)
+
+    def plan(self, codes: Sequence[int], *, urgent: bool = False) -> list[DecodeJob]:
+        """Add codes (flat ints, K per frame; a partial frame waits) and plan what is ready.
+
+        With ``urgent`` (the listener's buffer is running low) every ready frame is planned now.
+        """
         if self.scheduler.final:
             raise ValueError("codes pushed after finish(): start a new StreamDecoder")
         self._codes.extend(codes)
-        return self._jobs(final=False)
+        return self._jobs(final=False, urgent=urgent)
 
     def plan_finish(self) -> list[DecodeJob]:
         """End the stream: plan the flush of every remaining frame (no lookahead)."""
@@ -314,9 +357,9 @@ class StreamDecoder:
         audios = self.codec.decode_windows([job.window for job in jobs])
         return [self.accept(job, audio) for job, audio in zip(jobs, audios, strict=True)]
 
-    def _jobs(self, final: bool) -> list[DecodeJob]:
+    def _jobs(self, final: bool, urgent: bool = False) -> list[DecodeJob]:
         jobs = []
-        for span in self.scheduler.windows(self.frames_received, final):
+        for span in self.scheduler.windows(self.frames_received, final, urgent):
             lo, hi = (
                 (span.context_start - self._base) * self._k,
                 (span.context_end - self._base) * self._k,
