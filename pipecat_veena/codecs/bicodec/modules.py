@@ -30,15 +30,46 @@ NORM_EPS = 1e-6
 
 
 class FoldedConv1d(nn.Conv1d):
-    """A Conv1d stored with weight norm in the checkpoint, folded into ``weight`` at load."""
+    """A Conv1d stored with weight norm in the checkpoint, folded into ``weight`` at load.
+
+    Runs on the generator's channels-last layout: x (B, C, 1, T) with channels-last strides
+    (memory order B, T, C), as a 2-D conv of height 1. oneDNN then skips the layout reorders it
+    does around every NCW conv (measured 1.1x to 4x faster per conv on these CPUs).
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, C_in, 1, T) -> (B, C_out, 1, T_out), channels-last."""
+        return F.conv2d(
+            x,
+            self.weight.unsqueeze(2),
+            self.bias,
+            stride=(1, self.stride[0]),
+            padding=(0, self.padding[0]),
+            dilation=(1, self.dilation[0]),
+            groups=self.groups,
+        )
 
 
 class FoldedConvTranspose1d(nn.ConvTranspose1d):
-    """A ConvTranspose1d stored with weight norm (norm per *input* channel), folded at load."""
+    """A ConvTranspose1d stored with weight norm (norm per *input* channel), folded at load.
+
+    Runs on the channels-last (B, C, 1, T) layout, like :class:`FoldedConv1d`.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, C_in, 1, T) -> (B, C_out, 1, T * stride), channels-last."""
+        return F.conv_transpose2d(
+            x,
+            self.weight.unsqueeze(2),
+            self.bias,
+            stride=(1, self.stride[0]),
+            padding=(0, self.padding[0]),
+            groups=self.groups,
+        )
 
 
 def masked(x: Tensor, mask: Tensor | None) -> Tensor:
-    """Zero the padded time steps of ``x`` (B, C, T) where ``mask`` (B, 1, T) is 0."""
+    """Zero the padded time steps of ``x`` (B, C, [1,] T) where ``mask`` (B, 1, [1,] T) is 0."""
     return x if mask is None else x * mask
 
 
@@ -55,11 +86,12 @@ class Snake1d(nn.Module):
         self.alpha = nn.Parameter(torch.ones(1, channels, 1))
 
     def forward(self, x: Tensor, *, inplace: bool = False) -> Tensor:
-        """Apply Snake to x (B, C, T); with ``inplace`` the result overwrites x."""
+        """Apply Snake to x (B, C, ...) per channel; with ``inplace`` the result overwrites x."""
+        alpha = self.alpha.view(1, -1, *([1] * (x.dim() - 2)))
         if not _inplace_ok(x):  # autograd needs every intermediate: plain out-of-place ops
-            return x + (self.alpha + SNAKE_EPS).reciprocal() * torch.sin(self.alpha * x).pow(2)
-        s = torch.mul(x, self.alpha).sin_()
-        s.mul_(s).mul_((self.alpha + SNAKE_EPS).reciprocal())
+            return x + (alpha + SNAKE_EPS).reciprocal() * torch.sin(alpha * x).pow(2)
+        s = torch.mul(x, alpha).sin_()
+        s.mul_(s).mul_((alpha + SNAKE_EPS).reciprocal())
         if inplace:
             return x.add_(s)
         return s.add_(x)
@@ -181,7 +213,7 @@ class ResidualUnit(nn.Module):
         )
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        """x (B, C, T) -> (B, C, T)."""
+        """x (B, C, 1, T) -> (B, C, 1, T), channels-last; mask (B, 1, 1, T)."""
         snake1, conv7, snake2, conv1 = self.block
         y = snake1(x)
         if mask is not None:
@@ -202,7 +234,7 @@ class DecoderBlock(nn.Module):
         self.block = nn.ModuleList([Snake1d(in_dim), up, *units])
 
     def forward(self, x: Tensor, mask_in: Tensor | None, mask_out: Tensor | None) -> Tensor:
-        """x (B, C_in, T) -> (B, C_out, T * rate); masks at the input and output rates."""
+        """x (B, C_in, 1, T) -> (B, C_out, 1, T * rate); masks at the input and output rates."""
         snake, up, *units = self.block
         x = up(masked(snake(x), mask_in))
         for unit in units:
@@ -232,10 +264,14 @@ class WaveGenerator(nn.Module):
     def forward(self, x: Tensor, masks: list[Tensor | None]) -> Tensor:
         """x (B, C, T) -> (B, d_out, T * hop).
 
-        ``masks[i]`` is the padding mask at the input rate of stage i (0: tokens, last: samples).
+        ``masks[i]`` (B, 1, T_i) is the padding mask at the input rate of stage i (0: tokens,
+        last: samples). Internally the time axis is the width of a height-1 image in
+        channels-last memory (see :class:`FoldedConv1d`).
         """
+        masks = [None if m is None else m[:, :, None, :] for m in masks]  # (B, 1, 1, T_i)
+        x = x[:, :, None, :].contiguous(memory_format=torch.channels_last)  # (B, C, 1, T)
         first, *blocks, snake, last, _ = self.model
         x = first(masked(x, masks[0]))
         for i, block in enumerate(blocks):
             x = block(x, masks[i], masks[i + 1])
-        return torch.tanh(last(masked(snake(x, inplace=True), masks[-1])))
+        return torch.tanh(last(masked(snake(x, inplace=True), masks[-1])))[:, :, 0, :]
