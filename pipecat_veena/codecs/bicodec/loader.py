@@ -150,6 +150,7 @@ def load_decoder(
         reader = _Reader(file, config_path)
         for param, read in _tensor_sources(model, reader):
             param.copy_(read().to(dtype))
+    model.decoder.channels_last_weights()
     model.requires_grad_(False).eval()
     logger.debug(
         f"BiCodec decoder loaded from {directory} in {time.perf_counter() - start:.2f} s: "

