@@ -203,12 +203,16 @@ class _Attempt:
     """One try of a stream: speaks text into the emitter and knows whether audio went out."""
 
     def __init__(
-        self, tts_: VeenaTTS, emitter: tts.AudioEmitter, conn_options: APIConnectOptions
+        self, stream: VeenaChunkedStream | VeenaSynthesizeStream, emitter: tts.AudioEmitter
     ) -> None:
-        self.tts = tts_
-        self.opts = tts_.options
+        stream._tries += 1
+        self.tts = stream._tts
+        self.opts = self.tts.options
+        if stream._tries > 1 and self.opts.seed is not None:
+            # the same seed would fail the same way: each retry samples with the next seed
+            self.opts = replace(self.opts, seed=self.opts.seed + stream._tries - 1)
         self.emitter = emitter
-        self.timeout = conn_options.timeout or None
+        self.timeout = stream._conn_options.timeout or None
         self.request_id = utils.shortuuid()
         self.pushed = False
         self.spoke = False
@@ -276,9 +280,10 @@ class VeenaChunkedStream(tts.ChunkedStream):
     """``VeenaTTS.synthesize()``: one engine request for the whole text."""
 
     _tts: VeenaTTS
+    _tries = 0
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
-        attempt = _Attempt(self._tts, output_emitter, self._conn_options)
+        attempt = _Attempt(self, output_emitter)
         output_emitter.initialize(
             request_id=attempt.request_id,
             sample_rate=self._tts.sample_rate,
@@ -300,9 +305,10 @@ class VeenaSynthesizeStream(tts.SynthesizeStream):
     """
 
     _tts: VeenaTTS
+    _tries = 0
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
-        attempt = _Attempt(self._tts, output_emitter, self._conn_options)
+        attempt = _Attempt(self, output_emitter)
         output_emitter.initialize(
             request_id=attempt.request_id,
             sample_rate=self._tts.sample_rate,

@@ -2,7 +2,10 @@
 checkpoint and the torch BiCodec (tiny config), with LiveKit's own TTS base classes (no server).
 
 ``TokenCounter`` passes every call through to the session's real VllmGenerator and keeps the
-generated ids, so audio length can be checked against the tokens that made it.
+generated ids per request, so audio length can be checked against the tokens that made it (the
+engine's request ids start with the LiveKit request id of the attempt that made the frames). The
+demo model sometimes breaks the codec grammar; LiveKit then retries, so an error event is
+allowed if it was recoverable and the audio came from the retry.
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ class TokenCounter(TokenGenerator):
 
     def __init__(self, inner: TokenGenerator) -> None:
         self.inner = inner
-        self.outputs: list[int] = []
+        self.outputs: dict[str, list[int]] = {}
+
+    def tokens_of(self, request_id: str) -> list[int]:
+        """Every id generated for the engine requests of one LiveKit request id."""
+        return [
+            t for rid, out in self.outputs.items() if rid.startswith(f"{request_id}-") for t in out
+        ]
 
     async def start(self) -> None:
         await self.inner.start()
@@ -48,8 +57,9 @@ class TokenCounter(TokenGenerator):
     async def generate(
         self, prompt_ids: list[int], options: SamplingOptions, request_id: str
     ) -> AsyncIterator[TokenDelta]:
+        out = self.outputs.setdefault(request_id, [])
         async for delta in self.inner.generate(prompt_ids, options, request_id):
-            self.outputs.extend(delta.token_ids)
+            out.extend(delta.token_ids)
             yield delta
 
 
@@ -85,26 +95,27 @@ async def test_synthesize_collect_rate_length_and_metrics(livekit_engine):
     tts = VeenaTTS(engine, seed=5)
     events = Events(tts)
     text = "Hello there, this is Veena speaking."
-    counter.outputs.clear()
     frame = await tts.synthesize(text).collect()
     await asyncio.sleep(0.05)  # metrics come from LiveKit's monitor task
-    assert frame.sample_rate == engine.sample_rate == tts.sample_rate
-    assert frame.samples_per_channel == _semantic_samples(engine, counter.outputs) > 0
     (m,) = events.metrics
+    tokens = counter.tokens_of(m.request_id)
+    assert frame.sample_rate == engine.sample_rate == tts.sample_rate
+    assert frame.samples_per_channel == _semantic_samples(engine, tokens) > 0
     assert m.ttfb > 0 and m.audio_duration == pytest.approx(frame.duration, abs=1e-3)
-    assert m.characters_count == len(text) and m.output_tokens == len(counter.outputs)
-    assert m.metadata.model_name == engine.config.checkpoint.name and events.errors == []
+    assert m.characters_count == len(text) and m.output_tokens == len(tokens)
+    assert m.metadata.model_name == engine.config.checkpoint.name
+    assert all(e.recoverable for e in events.errors)
     assert engine.stats()["unfinished_requests"] == 0
 
 
 async def test_requested_rate_is_resampled_to_the_tokens_duration(livekit_engine):
     engine, counter = livekit_engine
     tts = VeenaTTS(engine, sample_rate=24000, seed=6)
-    counter.outputs.clear()
-    frame = await tts.synthesize("Namaste, aap kaise hain?").collect()
-    native = _semantic_samples(engine, counter.outputs)
-    assert frame.sample_rate == 24000 and native > 0
-    assert abs(frame.samples_per_channel - native * 24000 // engine.sample_rate) <= 2
+    events = [ev async for ev in tts.synthesize("Namaste, aap kaise hain?")]
+    native = _semantic_samples(engine, counter.tokens_of(events[-1].request_id))
+    samples = sum(ev.frame.samples_per_channel for ev in events)
+    assert {ev.frame.sample_rate for ev in events} == {24000} and native > 0
+    assert abs(samples - native * 24000 // engine.sample_rate) <= 2
 
 
 async def test_stream_speaks_pushed_pieces_as_one_final_segment(livekit_engine):
@@ -112,7 +123,6 @@ async def test_stream_speaks_pushed_pieces_as_one_final_segment(livekit_engine):
     tts = VeenaTTS(engine, seed=7)
     events = Events(tts)
     pieces = ["The first sentence is here", ". And the", " second one", " follows it now."]
-    counter.outputs.clear()
     async with tts.stream() as stream:
         stream.push_text(pieces[0])
         stream.push_text(pieces[1])
@@ -125,18 +135,21 @@ async def test_stream_speaks_pushed_pieces_as_one_final_segment(livekit_engine):
     assert frames[-1].is_final and not any(ev.is_final for ev in frames[:-1])
     assert len({ev.segment_id for ev in frames}) == 1 and frames[0].segment_id
     assert {ev.frame.sample_rate for ev in frames} == {engine.sample_rate}
-    samples = sum(ev.frame.samples_per_channel for ev in frames)
-    assert samples == _semantic_samples(engine, counter.outputs) > 0
+    final = [ev for ev in frames if ev.request_id == frames[-1].request_id]  # the last attempt
+    samples = sum(ev.frame.samples_per_channel for ev in final)
+    requests = [rid for rid in counter.outputs if rid.startswith(f"{frames[-1].request_id}-")]
+    assert samples == _semantic_samples(engine, counter.tokens_of(frames[-1].request_id)) > 0
+    assert len(requests) >= 2  # one engine request per sentence
     (m,) = events.metrics
     assert m.streamed and m.ttfb > 0 and m.characters_count == len("".join(pieces))
     assert m.audio_duration == pytest.approx(samples / engine.sample_rate, abs=1e-3)
-    assert events.errors == [] and engine.stats()["requests"] >= 2
+    assert all(e.recoverable for e in events.errors)
 
 
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_closing_mid_utterance_leaves_no_unfinished_request(livekit_engine, streamed):
     engine, _ = livekit_engine
-    tts = VeenaTTS(engine, seed=8)
+    tts = VeenaTTS(engine)
     if streamed:
         stream = tts.stream()
         stream.push_text(LONG_TEXT)

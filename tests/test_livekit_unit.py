@@ -151,11 +151,12 @@ async def test_requested_rate_is_resampled_to_the_same_duration():
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_error_before_first_audio_is_retried_and_succeeds(streamed):
     engine = FakeEngine(fail_at=0, failures=1)
-    tts = VeenaTTS(engine)
+    tts = VeenaTTS(engine, seed=3)
     events = Events(tts)
     frames = await _speak(tts, "Hello there, how are you?", streamed)
     await _settle()
-    assert _samples(frames) == 5 * CHUNK and len(engine.calls) == 2
+    assert _samples(frames) == 5 * CHUNK
+    assert [call[2]["seed"] for call in engine.calls] == [3, 4]  # a retry takes the next seed
     (error,) = events.errors
     assert error.recoverable and isinstance(error.error, APIError) and error.error.retryable
     assert isinstance(error.error.__cause__, MalformedStreamError)
