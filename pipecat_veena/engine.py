@@ -427,39 +427,50 @@ class _Request:
         parser = fmt.parser(prefilled=prefilled)
         generator = self.engine._generator
         reason = None
-        self.llm_request_id = f"{self.rid}-{index}"
-        async with aclosing(generator.generate(prompt, options, self.llm_request_id)) as deltas:
-            async for delta in deltas:
-                if self.aborted:
-                    return
-                self.tokens += len(delta.token_ids)
-                reason = delta.finish_reason
-                codes = parser.feed(delta.token_ids)
-                if self.decoder is None and self._voice_ready(parser):
-                    self.decoder = StreamDecoder(
-                        self.codec, self.engine._stream_config, condition=self._condition(parser)
-                    )
-                if codes:
-                    if not self.first_code_at:
-                        self.first_code_at = time.monotonic()
-                    if self.guard.feed(codes):
-                        logger.warning(
-                            f"{self.rid}: generation is looping (period {self.guard.period} "
-                            "codes); stopping this utterance"
-                        )
-                    for job in self.decoder.plan(codes, urgent=self._urgent()):
+        self.llm_request_id = request_id = f"{self.rid}-{index}"
+        try:
+            async with aclosing(generator.generate(prompt, options, request_id)) as deltas:
+                async for delta in deltas:
+                    if self.aborted:
+                        return
+                    reason = delta.finish_reason
+                    for job in self._plan(delta, parser):
                         chunk = await self._decode(job)
                         if self.aborted:
                             return
                         if chunk is not None:
                             yield chunk
-                if parser.done or self.guard.tripped:
-                    break
+                    if parser.done or self.guard.tripped:
+                        break
+        finally:
+            if reason is None:
+                # Ended early (guard, abort, error, listener gone): stop the LLM now, whatever
+                # wraps the generator (closing the iterator aborts too; a second abort is a no-op).
+                await generator.abort(request_id)
         if reason == "length":
             logger.warning(
                 f"{self.rid}: part {index} hit the runaway cap ({options.max_tokens} tokens) "
                 "for its text length; stopped it"
             )
+
+    def _plan(self, delta: Any, parser: Any) -> list[Any]:
+        """Parse one delta of generated ids and plan the decodes it makes due."""
+        self.tokens += len(delta.token_ids)
+        codes = parser.feed(delta.token_ids)
+        if self.decoder is None and self._voice_ready(parser):
+            self.decoder = StreamDecoder(
+                self.codec, self.engine._stream_config, condition=self._condition(parser)
+            )
+        if not codes:
+            return []
+        if not self.first_code_at:
+            self.first_code_at = time.monotonic()
+        if self.guard.feed(codes):
+            logger.warning(
+                f"{self.rid}: generation is looping (period {self.guard.period} codes); "
+                "stopping this utterance"
+            )
+        return self.decoder.plan(codes, urgent=self._urgent())
 
     def _urgent(self) -> bool:
         """True when waiting for the next grown chunk would let the listener's buffer run dry.

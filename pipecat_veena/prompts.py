@@ -135,7 +135,8 @@ class SparkPrompts:
         """Prompt ids for one part; ``prefix`` (a captured voice prefix) is appended when given.
 
         A voice with fixed globals uses the clone form; a prefix from an earlier part makes the
-        model continue with the semantic tokens only, in the same voice.
+        model continue with the semantic tokens only, in the same voice. Both end with
+        ``<|start_semantic_token|>``, which the model would otherwise spend a step on.
         """
         enc = self.encoder
         body = enc.user_text(text)
@@ -143,20 +144,28 @@ class SparkPrompts:
             head = enc.control("<|task_tts|><|start_content|>")
             tail = enc.control("<|end_content|><|start_global_token|>")
             filled = [*self.ids.global_ids(voice.globals), self.ids.marker("end_global_token")]
-            return [*head, *body, *tail, *filled]
+            return [*head, *body, *tail, *filled, *self._semantic_start]
         if voice.speaker is not None:
             if self.template is None:
                 raise ValueError(f"voice {voice.name!r} needs a template (voices.json)")
             before, after = self.template.split("{text}", 1)
             head = enc.control(before.replace("{speaker}", voice.speaker))
             tail = enc.control(after.replace("{speaker}", voice.speaker))
-            return [*head, *body, *tail, *prefix]
+            return [*head, *body, *tail, *self._after(prefix)]
         head = enc.control("<|task_controllable_tts|><|start_content|>")
         labels = (
             f"<|end_content|><|start_style_label|><|gender_{voice.gender}|>"
             f"<|pitch_label_{voice.pitch}|><|speed_label_{voice.speed}|><|end_style_label|>"
         )
-        return [*head, *body, *enc.control(labels), *prefix]
+        return [*head, *body, *enc.control(labels), *self._after(prefix)]
+
+    @property
+    def _semantic_start(self) -> list[int]:
+        return [self.ids.marker("start_semantic_token")]
+
+    def _after(self, prefix: Sequence[int]) -> list[int]:
+        """A voice prefix plus the semantic start marker (the first token generated is speech)."""
+        return [*prefix, *self._semantic_start] if prefix else []
 
     @property
     def stop_ids(self) -> tuple[int, ...]:

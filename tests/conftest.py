@@ -65,11 +65,14 @@ async def spark_generator(spark_tiny_checkpoint: Path) -> AsyncIterator:
 def _no_engine_left_behind() -> None:
     """Fail the session if a vLLM engine process outlives the tests."""
     yield
-    leftovers = [
+    engines = [
         p
         for p in psutil.Process().children(recursive=True)
         if "EngineCore" in " ".join(_cmdline(p)) or "VLLM" in _name(p)
     ]
+    # An engine that exited but is not reaped yet is a zombie, not a leak: give them a moment.
+    _, alive = psutil.wait_procs(engines, timeout=10)
+    leftovers = [p for p in alive if _status(p) not in (psutil.STATUS_ZOMBIE, "")]
     for p in leftovers:
         p.kill()
     assert not leftovers, f"vLLM engine processes left behind: {[p.pid for p in leftovers]}"
@@ -80,6 +83,13 @@ def _cmdline(p: psutil.Process) -> list[str]:
         return p.cmdline()
     except psutil.Error:
         return []
+
+
+def _status(p: psutil.Process) -> str:
+    try:
+        return p.status()
+    except psutil.Error:
+        return ""
 
 
 def _name(p: psutil.Process) -> str:

@@ -117,15 +117,14 @@ def spark_ids() -> BiCodecIds:
 
 def well_formed(ids: BiCodecIds, *, voice_globals: Sequence[int], semantics: int) -> Script:
     """A script that follows the Spark grammar; prefilled prompts get the semantic part only."""
-    end_global = ids.marker("end_global_token")
+    end_global, start_semantic = ids.marker("end_global_token"), ids.marker("start_semantic_token")
 
     def script(prompt: list[int], options: SamplingOptions) -> list[int]:
-        body = [ids.marker("start_semantic_token")]
-        body += [ids.semantic_base + (i * 7) % 8192 for i in range(semantics)] + [ids.eos]
-        if prompt[-1] == end_global:
-            return body
+        speech = [ids.semantic_base + (i * 7) % 8192 for i in range(semantics)] + [ids.eos]
+        if prompt[-1] == start_semantic:  # prefilled voice: speech right away
+            return speech
         head = [ids.marker("start_global_token"), *ids.global_ids(voice_globals), end_global]
-        return head + body
+        return [*head, start_semantic, *speech]
 
     return script
 

@@ -50,14 +50,15 @@ def test_prefix_is_appended_for_continuations(spark):
     voice = Voice("female", gender=0)
     prefix = [ids.marker("start_global_token"), *ids.global_ids(range(32)),
               ids.marker("end_global_token")]  # fmt: skip
-    assert prompts.build("Hi", voice, prefix)[-34:] == prefix
+    prompt = prompts.build("Hi", voice, prefix)
+    assert prompt[-35:] == [*prefix, ids.marker("start_semantic_token")]
 
 
 def test_clone_and_template_prompts(spark):
     tok, ids, prompts = spark
     clone = prompts.build("Hi", Voice("pinned", globals=tuple(range(32))))
-    assert clone[-33:-1] == ids.global_ids(range(32))
-    assert clone[-1] == ids.marker("end_global_token")
+    assert clone[-34:-2] == ids.global_ids(range(32))
+    assert clone[-2:] == [ids.marker("end_global_token"), ids.marker("start_semantic_token")]
     named = prompts.build("Hi", Voice("nilay", speaker="<|speaker_nilay|>"))
     assert tok.decode(named, skip_special_tokens=False) == TEMPLATE.format(
         speaker="<|speaker_nilay|>", text="Hi"

@@ -12,7 +12,7 @@ class SamplingOptions:
     """Sampling settings of one generation request.
 
     Parameters:
-        temperature: softmax temperature; 0 means greedy.
+        temperature: softmax temperature in [0, 2]; 0 means greedy.
         top_k: keep the k most likely tokens (0 or -1 disables).
         top_p: nucleus mass to keep.
         repetition_penalty: > 1 discourages repeating tokens (1.0 disables).
@@ -32,8 +32,8 @@ class SamplingOptions:
     stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ValueError(f"temperature must be in [0, 2], got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.repetition_penalty <= 0:

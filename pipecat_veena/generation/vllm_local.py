@@ -252,4 +252,7 @@ class VllmGenerator(TokenGenerator):
             llm.shutdown()
         except Exception as e:  # shutting down must not raise at exit
             logger.warning(f"{self}: error during vLLM shutdown: {e}")
+        # Drop the engine now: AsyncLLM.__del__ would otherwise run again at interpreter exit,
+        # when its module globals are gone, and print a spurious TypeError.
+        self._llm = None
         logger.debug(f"{self}: engine shut down")
