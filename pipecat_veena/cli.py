@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 
 DEMO_NOTE = (
@@ -20,8 +21,9 @@ def _build_demo(args: argparse.Namespace) -> int:
 
     kinds = DEMO_KINDS if args.kind == "all" else (args.kind,)
     for kind in kinds:
+        start = time.perf_counter()
         path = build_demo_checkpoint(kind, dir=args.dir)
-        print(f"{kind}: {path}")
+        print(f"{kind}: {path} ({time.perf_counter() - start:.0f} s)")
     print(DEMO_NOTE)
     return 0
 

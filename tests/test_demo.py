@@ -191,9 +191,17 @@ def _spark_voices(grammar) -> dict[str, tuple[Voice, tuple[int, ...] | None]]:
     }
 
 
-def _spark_parse(out: list[int], ids: BiCodecIds, controllable: bool, prefilled: bool) -> dict:
-    """Check the Spark grammar strictly; return the globals and the semantic count."""
+def _spark_parse(
+    out: list[int], ids: BiCodecIds, controllable: bool, prefilled: bool, prompt: list[int]
+) -> dict:
+    """Check the Spark grammar strictly; return the globals and the semantic count.
+
+    The engine's prompts may end with ``<|start_semantic_token|>`` (filled-in globals): the
+    output then starts with the semantic codes.
+    """
     m = ids.markers
+    if prompt[-1] == m["start_semantic_token"]:
+        out = [m["start_semantic_token"], *out]
     pos = 0
     if controllable:
         assert out[0] == m["start_acoustic_token"] and out[3] == m["end_acoustic_token"], out[:6]
@@ -208,7 +216,8 @@ def _spark_parse(out: list[int], ids: BiCodecIds, controllable: bool, prefilled:
     assert out[pos] == m["start_semantic_token"], out[pos - 2 : pos + 2]
     sem = out[pos + 1 : -1]
     assert out[-1] == ids.eos, "no <|im_end|> at the end"
-    assert sem and all(0 <= t - ids.semantic_base < 8192 for t in sem), sem[:10]
+    stray = [(i, t) for i, t in enumerate(sem) if not 0 <= t - ids.semantic_base < 8192]
+    assert sem and not stray, f"{len(sem)} semantic-part ids, not semantic: {stray[:5]}"
     return {"globals": tuple(glob), "semantics": len(sem)}
 
 
@@ -237,8 +246,13 @@ async def test_spark_grammar_greedy(spark_generator, spark_tiny_checkpoint: Path
     """Every prompt form and text: the full grammar, the voice's exact globals, ~4 per id."""
     ids, prompts, cases = _spark_cases(spark_tiny_checkpoint)
     outs = await _generate(spark_generator, [c[-1] for c in cases], GREEDY, prompts.stop_ids)
-    for (form, name, _, expected, _), out in zip(cases, outs, strict=True):
-        parsed = _spark_parse(out, ids, form.startswith("controllable"), expected is None)
+    for (form, name, _, expected, prompt), out in zip(cases, outs, strict=True):
+        try:
+            parsed = _spark_parse(
+                out, ids, form.startswith("controllable"), expected is None, prompt
+            )
+        except AssertionError as e:
+            raise AssertionError(f"{form}/{name}: {e}") from e
         if expected is not None:
             assert parsed["globals"] == expected, f"{form}/{name}: wrong voice globals"
         n_text = len(prompts.encoder.user_text(TEXTS[name]))
@@ -253,8 +267,8 @@ async def test_spark_semantic_count_grows_with_text(spark_generator, spark_tiny_
         built = [prompts.build(t, voice) for t in GROWING]
         outs = await _generate(spark_generator, built, GREEDY, prompts.stop_ids)
         counts = [
-            _spark_parse(o, ids, voice.gender is not None, expected is None)["semantics"]
-            for o in outs
+            _spark_parse(o, ids, voice.gender is not None, expected is None, p)["semantics"]
+            for o, p in zip(outs, built, strict=True)
         ]
         assert counts == sorted(counts) and counts[0] < counts[-1], (voice, counts)
 
@@ -265,9 +279,9 @@ async def test_spark_grammar_sampled(spark_generator, spark_tiny_checkpoint: Pat
     ids, prompts, cases = _spark_cases(spark_tiny_checkpoint)
     outs = await _generate(spark_generator, [c[-1] for c in cases], SAMPLED, prompts.stop_ids)
     ok = 0
-    for (form, _, _, expected, _), out in zip(cases, outs, strict=True):
+    for (form, _, _, expected, prompt), out in zip(cases, outs, strict=True):
         try:
-            _spark_parse(out, ids, form.startswith("controllable"), expected is None)
+            _spark_parse(out, ids, form.startswith("controllable"), expected is None, prompt)
             ok += 1
         except (AssertionError, IndexError):
             pass

@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +26,7 @@ DEMO_KINDS = ("spark", "spark-tiny", "veena")
 BUILDER_VERSION = 1
 MARKER = "demo.json"
 #: Training steps of the two demo LLMs together (batches alternate between them).
-TRAIN_STEPS = 1000
+TRAIN_STEPS = 1200
 #: Both demo LLMs, trained together once: ``spark/`` and ``veena/`` (HF directories).
 _LLMS = ".llms"
 _BICODEC = {"spark": "real", "spark-tiny": "tiny"}
@@ -111,10 +113,14 @@ class _Phases:
 
 
 def _copy_files(src: Path, dst: Path) -> None:
+    """Hard-link (or copy, across file systems) the files of ``src`` into ``dst``."""
     dst.mkdir(parents=True, exist_ok=True)
     for path in sorted(src.iterdir()):
         if path.is_file() and path.name != MARKER:
-            shutil.copyfile(path, dst / path.name)
+            try:
+                os.link(path, dst / path.name)  # the files are never written in place
+            except OSError:
+                shutil.copyfile(path, dst / path.name)
 
 
 def build_demo_checkpoint(
@@ -155,6 +161,19 @@ def build_demo_checkpoint(
 
 
 def _llms(tmp: Path, steps: int) -> None:
+    """Run ``train_llms`` in a child process with passive OpenMP waiting (see ``_worker``)."""
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    cmd = [sys.executable, "-m", "pipecat_veena.demo._worker", str(tmp), str(steps)]
+    result = subprocess.run(cmd, env=env, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"training the demo LLMs failed (exit status {result.returncode}); see the output "
+            "above. Rerun `pipecat-veena build-demo` after fixing it."
+        )
+
+
+def train_llms(directory: Path, steps: int) -> None:
+    """Train both demo LLMs together and write them into ``directory/spark`` and ``/veena``."""
     from pipecat_veena.demo import spark, veena
     from pipecat_veena.demo.train import TrainConfig, train_lms
 
@@ -168,13 +187,15 @@ def _llms(tmp: Path, steps: int) -> None:
     models = {}
     cfg = TrainConfig(steps=steps, seed=_TRAIN_SEED)
     phases.run("train", lambda: models.update(train_lms(cfg, tasks, desc="demo LLMs")))
-    phases.run(
-        "write spark", lambda: spark.save_spark_llm(models["spark"], toks["spark"], tmp / "spark")
-    )
-    phases.run(
-        "write veena", lambda: veena.save_veena_llm(models["veena"], toks["veena"], tmp / "veena")
-    )
+    phases.run("write", lambda: _write_llms(models, toks, directory))
     phases.log()
+
+
+def _write_llms(models: dict, toks: dict, directory: Path) -> None:
+    from pipecat_veena.demo import spark, veena
+
+    spark.save_spark_llm(models["spark"], toks["spark"], directory / "spark")
+    veena.save_veena_llm(models["veena"], toks["veena"], directory / "veena")
 
 
 def _spark(tmp: Path, kind: str, llm: Path) -> None:

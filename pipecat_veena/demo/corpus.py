@@ -57,9 +57,9 @@ CORPUS: tuple[str, ...] = (
 class TextSampler:
     """Draws training texts as BPE ids, encoded the way the engine encodes user text.
 
-    Half are spans of ``CORPUS`` lines (sometimes two lines, sometimes with an inline tag), half
-    are random BPE ids, so that every BPE id is seen. Lengths favour short texts with a tail up
-    to ``max_tokens``.
+    Half are spans of ``CORPUS`` lines (sometimes two lines, sometimes with an inline tag), the
+    rest random BPE ids (so that every BPE id is seen), some of them with many repeats. Lengths
+    favour short texts with a tail up to ``max_tokens``.
 
     Args:
         encode: text -> BPE ids (no added tokens).
@@ -87,15 +87,21 @@ class TextSampler:
 
     def length(self, rng: random.Random) -> int:
         """A text length in ids: mostly short, some up to ``max_tokens``."""
-        if rng.random() < 0.7:
+        if rng.random() < 0.6:
             return rng.randint(1, min(24, self._max))
         return rng.randint(1, self._max)
 
     def __call__(self, rng: random.Random) -> list[int]:
         """One text as ids (1 to ``max_tokens`` of them)."""
         n = self.length(rng)
-        if rng.random() < 0.5:
+        kind = rng.random()
+        if kind < 0.35:
             return [rng.randrange(self._num_bpe) for _ in range(n)]
+        if kind < 0.5:
+            # Few distinct ids, so ids repeat (doubled letters, "...", "!!"): copying must
+            # look at the id before, not only at the id itself.
+            alphabet = [rng.randrange(self._num_bpe) for _ in range(rng.randint(2, 8))]
+            return [rng.choice(alphabet) for _ in range(n)]
         words = list(rng.choice(self._lines))
         if rng.random() < 0.3:
             words += rng.choice(self._lines)

@@ -39,7 +39,7 @@ NUM_GLOBALS = 32
 #: Codes of the controllable globals: a gender run, then a pitch run, then a speed run.
 LABEL_RUNS = (11, 11, 10)
 TEMPLATE = "<|task_tts|><|start_content|>{speaker}{text}<|end_content|><|start_global_token|>"
-MAX_TEXT_TOKENS = 64
+MAX_TEXT_TOKENS = 72
 SEED = 1234
 
 #: Top-level ``config.yaml`` of Spark-TTS-0.5B.

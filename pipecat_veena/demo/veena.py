@@ -33,7 +33,7 @@ START_OF_AI = CUSTOM_BASE + 5
 AUDIO_BASE = CUSTOM_BASE + 10
 #: The model's vocabulary (Orpheus pads the tokenizer's 156938 ids to 156940).
 VOCAB_SIZE = 156940
-MAX_TEXT_TOKENS = 48
+MAX_TEXT_TOKENS = 72
 SEED = 4321
 
 

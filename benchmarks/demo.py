@@ -1,0 +1,162 @@
+"""Demo checkpoints: build time per phase, size on disk, and grammar adherence through vLLM.
+
+Builds every demo kind from scratch in a temporary directory (or reuses ``--dir``), then runs
+the demo LLMs in the real vLLM CPU engine over many prompts (every Spark prompt form, the four
+Veena speakers, English / Hindi / code-mixed / symbol texts) greedy and at the engine's default
+sampling (T 0.8, top_k 50), and counts the streams that follow the grammar exactly.
+
+    .venv/bin/python -m benchmarks.demo [--dir DIR] [--seeds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from loguru import logger
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+import test_demo as grammar  # noqa: E402
+
+from benchmarks._report import update_section  # noqa: E402
+from pipecat_veena.demo import DEMO_KINDS, build_demo_checkpoint  # noqa: E402
+from pipecat_veena.generation.base import SamplingOptions  # noqa: E402
+from pipecat_veena.generation.vllm_local import VllmGenerator  # noqa: E402
+from pipecat_veena.prompts import Voice  # noqa: E402
+
+_PHASES = re.compile(r"demo (.+) built: (.+)$")
+
+
+def _build(home: Path) -> tuple[list[str], float]:
+    lines: list[str] = []
+
+    def sink(message) -> None:
+        match = _PHASES.search(message.record["message"])
+        if match:
+            lines.append(f"| {match.group(1)} | {match.group(2)} |")
+
+    handler = logger.add(sink, level="INFO")
+    start = time.perf_counter()
+    try:
+        for kind in DEMO_KINDS:
+            build_demo_checkpoint(kind, home)
+    finally:
+        logger.remove(handler)
+    return lines, time.perf_counter() - start
+
+
+def _size_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+
+
+async def _rates(home: Path, seeds: int) -> list[str]:
+    rows = []
+    spark_root, veena_root = home / "spark-tiny", home / "veena"
+    for name, options in (("greedy", grammar.GREEDY), ("T 0.8, top_k 50", grammar.SAMPLED)):
+        runs = 1 if options is grammar.GREEDY else seeds
+        ok, total = await _spark_rate(spark_root, options, runs)
+        rows.append(f"| Spark (6 prompt forms x 7 texts) | {name} | {ok}/{total} |")
+        ok, total = await _veena_rate(veena_root, options, runs)
+        rows.append(f"| Veena (4 speakers x 7 texts) | {name} | {ok}/{total} |")
+    return rows
+
+
+async def _count(generator, cases, options, stop, runs, check) -> tuple[int, int]:
+    ok = total = 0
+    for run in range(runs):
+        opts = SamplingOptions(**{**options.__dict__, "seed": run})
+        outs = await grammar._generate(generator, [c[-1] for c in cases], opts, stop)
+        for case, out in zip(cases, outs, strict=True):
+            total += 1
+            try:
+                check(case, out)
+                ok += 1
+            except (AssertionError, IndexError):
+                pass
+    return ok, total
+
+
+async def _spark_rate(root: Path, options, runs: int) -> tuple[int, int]:
+    ids, prompts, cases = grammar._spark_cases(root)
+    generator = VllmGenerator(root / "LLM", max_model_len=2048, max_num_seqs=64)
+    await generator.start()
+    try:
+
+        def check(case, out):
+            form, _, _, expected, prompt = case
+            controllable = form.startswith("controllable")
+            parsed = grammar._spark_parse(out, ids, controllable, expected is None, prompt)
+            assert expected is None or parsed["globals"] == expected
+
+        return await _count(generator, cases, options, prompts.stop_ids, runs, check)
+    finally:
+        await generator.shutdown()
+
+
+async def _veena_rate(root: Path, options, runs: int) -> tuple[int, int]:
+    ids, prompts = grammar._veena_setup(root)
+    speakers = ("kavya", "agastya", "maitri", "vinaya")
+    cases = [
+        (s, prompts.build(text, Voice(s, speaker=s)))
+        for s in speakers
+        for text in grammar.TEXTS.values()
+    ]
+    generator = VllmGenerator(root, max_model_len=2048, max_num_seqs=64)
+    await generator.start()
+    try:
+        return await _count(
+            generator,
+            cases,
+            options,
+            prompts.stop_ids,
+            runs,
+            lambda c, o: grammar._veena_frames(o, ids),
+        )
+    finally:
+        await generator.shutdown()
+
+
+def main() -> None:
+    """Build, measure, write the BENCHMARKS.md section."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="reuse or build here (default: temp)"
+    )
+    parser.add_argument("--seeds", type=int, default=3, help="sampled runs per prompt")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        home = args.dir or Path(tmp)
+        phases, seconds = _build(home)
+        sizes = [f"| {k} | {_size_mb(home / k):.0f} MB |" for k in DEMO_KINDS]
+        rates = asyncio.run(_rates(home, args.seeds))
+    body = "\n".join(
+        [
+            f"Build of all kinds: {seconds:.0f} s wall" + (" (reused)" if not phases else ""),
+            "",
+            "| build | phases |",
+            "|---|---|",
+            *phases,
+            "",
+            "| kind | size on disk |",
+            "|---|---|",
+            *sizes,
+            "",
+            "Grammar adherence (streams that follow the grammar exactly, with the right globals):",
+            "",
+            "| model | sampling | ok |",
+            "|---|---|---|",
+            *rates,
+        ]
+    )
+    print(body)
+    update_section("demo", "Demo checkpoints: build and grammar", "python -m benchmarks.demo", body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Trains and writes the demo LLMs in a child process: ``python -m pipecat_veena.demo._worker``.
+
+The parent (``build.py``) starts it with ``OMP_WAIT_POLICY=PASSIVE``, which OpenMP reads only
+at start-up: with the default (spinning) policy, two torch threads on a busy 2-core machine run
+several times slower than one.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    """Arguments: the output directory and the training steps."""
+    from pipecat_veena.demo.build import train_llms
+
+    directory, steps = Path(argv[0]), int(argv[1])
+    train_llms(directory, steps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
