@@ -1,13 +1,15 @@
 """Builds and caches the demo checkpoints: atomic, locked, keyed by the builder's version.
 
 Each kind lives at ``<home>/<kind>/`` with a ``demo.json`` that records the build key (a hash of
-the builder version, the builder sources and the training steps). A checkpoint whose key differs
-is rebuilt. Builds happen in a temporary directory next to the final one, under a file lock, and
-are renamed into place, so no process (pytest, the CLI) ever sees a half-built checkpoint.
+the builder version, the training steps and the builder's code, docstrings and comments left
+out). A checkpoint whose key differs is rebuilt. Builds happen in a temporary directory next to
+the final one, under a file lock, and are renamed into place, so no process (pytest, the CLI)
+ever sees a half-built checkpoint.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -44,6 +46,17 @@ def demo_home(directory: str | Path | None = None) -> Path:
     return Path.home() / ".cache" / "pipecat_veena" / "demo"
 
 
+def _code_digest(source: str) -> bytes:
+    """The code of a module without docstrings, comments or layout (they change no bytes)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree).encode()
+
+
 def _source_hash() -> str:
     """Hash of the code that decides the demo bytes (this package and the codec writers)."""
     from pipecat_veena.codecs import snac
@@ -53,7 +66,7 @@ def _source_hash() -> str:
     files += [Path(checkpoint.__file__), Path(snac.__file__)]
     digest = hashlib.sha256()
     for path in files:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        digest.update(path.name.encode() + b"\0" + _code_digest(path.read_text(encoding="utf-8")))
     return digest.hexdigest()
 
 

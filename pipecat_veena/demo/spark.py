@@ -14,8 +14,10 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+from tokenizers import Tokenizer
 
 from pipecat_veena.demo.corpus import TextSampler
 from pipecat_veena.demo.tokenizer import (
@@ -29,6 +31,9 @@ from pipecat_veena.demo.tokenizer import (
     save_hf_tokenizer,
 )
 from pipecat_veena.demo.train import Example, Task
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 SPEAKERS = ("lipakshi", "nilay", "aarav", "meera")
 DEFAULT_SPEAKER = "lipakshi"
@@ -106,9 +111,13 @@ def speed_value(speed: int) -> int:
 
 
 class SparkData:
-    """Draws training sequences in the four prompt forms the engine uses."""
+    """Draws training sequences in the prompt forms the engine uses.
 
-    def __init__(self, tok, grammar: SparkGrammar) -> None:
+    Controllable, named speaker (its globals are in the target, so a prompt with them filled in
+    is a continuation the model also learns) and filled-in globals (random or a voice's).
+    """
+
+    def __init__(self, tok: Tokenizer, grammar: SparkGrammar) -> None:
         self.tok = tok
         self.g = grammar
         self.id = tok.token_to_id
@@ -222,12 +231,12 @@ def _padded(n: int, multiple: int = 64) -> int:
     return -(-n // multiple) * multiple
 
 
-def spark_tokenizer():
+def spark_tokenizer() -> Tokenizer:
     """The demo Spark tokenizer (BPE, Spark-TTS inventory, speaker and emotion tags)."""
     return build_spark_tokenizer(tuple(speaker_tag(s) for s in SPEAKERS))
 
 
-def spark_task(tok) -> Task:
+def spark_task(tok: Tokenizer) -> Task:
     """The training task of the demo Spark LLM (Qwen2)."""
     data = SparkData(tok, spark_grammar(tok))
     inputs, outputs = data.id_sets()
@@ -245,24 +254,24 @@ def spark_task(tok) -> Task:
     )
 
 
-def save_spark_llm(model, tok, directory: Path) -> None:
+def save_spark_llm(model: PreTrainedModel, tok: Tokenizer, directory: Path) -> None:
     """Write the demo Spark LLM (HF Qwen2 + tokenizer) into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(directory), safe_serialization=True)
     save_hf_tokenizer(tok, directory, eos="<|im_end|>", pad="<|endoftext|>", bos=None)
 
 
-def data_tags(tok) -> list[int]:
+def data_tags(tok: Tokenizer) -> list[int]:
     """Ids of the emotion tags (text ids with semantics of their own)."""
     return [tok.token_to_id(t) for t in EMOTION_TAGS]
 
 
-def spark_grammar(tok) -> SparkGrammar:
+def spark_grammar(tok: Tokenizer) -> SparkGrammar:
     """The demo grammar for a demo Spark tokenizer (what the build trained on)."""
     return SparkGrammar.create(list(range(BPE_VOCAB_SIZE)) + data_tags(tok))
 
 
-def write_spark_files(root: Path, tok, *, kind: str) -> None:
+def write_spark_files(root: Path, tok: Tokenizer, *, kind: str) -> None:
     """Write config.yaml, voices.json and README.md of a Spark-layout demo checkpoint."""
     (root / "config.yaml").write_text(yaml.safe_dump(TOP_CONFIG, sort_keys=False))
     grammar = spark_grammar(tok)

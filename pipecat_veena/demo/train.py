@@ -8,8 +8,8 @@ so each task exports as its own architecture.
 
 Codec ids that stand for a text id (a semantic code, a SNAC frame code) get embeddings that share
 a "text" vector with that text id (embedding = sum of feature vectors, see ``Task``): the model
-then relates a code to its text id without learning each pair, so copying (induction) forms
-within a few hundred steps instead of thousands. On export the sums become plain embedding rows.
+then relates a code to its text id without learning each pair, and copying (induction) forms
+much sooner. On export the sums become plain embedding rows.
 
 The vocabularies are large (13.7k ids for Spark, 157k for Veena) but the data uses a few thousand
 ids, so training runs in a compact id space. Every output id a task never uses shares one

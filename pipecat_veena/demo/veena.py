@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tokenizers import Tokenizer
 
 from pipecat_veena.demo.corpus import TextSampler
 from pipecat_veena.demo.tokenizer import (
@@ -23,6 +26,9 @@ from pipecat_veena.demo.tokenizer import (
     save_hf_tokenizer,
 )
 from pipecat_veena.demo.train import Example, Task
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 SPEAKERS = ("kavya", "agastya", "maitri", "vinaya")
 START_OF_SPEECH = CUSTOM_BASE + 1
@@ -45,7 +51,7 @@ def speaker_tag(name: str) -> str:
 class VeenaData:
     """Token maps (text id -> frame codes per speaker) and the training sequences."""
 
-    def __init__(self, tok, seed: int = SEED) -> None:
+    def __init__(self, tok: Tokenizer, seed: int = SEED) -> None:
         self.tok = tok
         rng = random.Random(seed)
         n = BPE_VOCAB_SIZE
@@ -103,12 +109,12 @@ class VeenaData:
         return sorted(ids)
 
 
-def veena_tokenizer():
+def veena_tokenizer() -> Tokenizer:
     """The demo Veena tokenizer (BPE, speaker tags, fillers, Orpheus custom tokens)."""
     return build_veena_tokenizer(tuple(speaker_tag(s) for s in SPEAKERS))
 
 
-def veena_task(tok) -> Task:
+def veena_task(tok: Tokenizer) -> Task:
     """The training task of the demo Veena LLM (Llama, tied embeddings)."""
     data = VeenaData(tok)
     ids = tuple(data.id_set())
@@ -127,7 +133,7 @@ def veena_task(tok) -> Task:
     )
 
 
-def save_veena_llm(model, tok, directory: Path) -> None:
+def save_veena_llm(model: PreTrainedModel, tok: Tokenizer, directory: Path) -> None:
     """Write the demo Veena LLM (HF Llama + tokenizer) into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(directory), safe_serialization=True)
