@@ -25,6 +25,10 @@ class NoAudioError(VeenaError):
     """Non-empty, speakable text produced no audio."""
 
 
+class GenerationError(VeenaError, RuntimeError):
+    """One generation request failed in the LLM backend (the backend itself is still alive)."""
+
+
 class EngineNotRunningError(VeenaError, RuntimeError):
     """The engine was used before ``start()`` or after ``shutdown()``."""
 

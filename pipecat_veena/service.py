@@ -28,6 +28,11 @@ from pipecat_veena.text import is_speakable
 
 _SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed")
 
+#: Pipecat ends an audio context that receives nothing for ``stop_frame_timeout_s`` (3 s by
+#: default, made for network services). Chunks here grow, so on a busy or slow machine seconds
+#: can pass between two of them; ``run_tts`` returning is what ends a context of this service.
+STOP_FRAME_TIMEOUT_S = 30.0
+
 
 def _not_given() -> Any:
     return field(default_factory=lambda: NOT_GIVEN)
@@ -127,6 +132,7 @@ class VeenaTTSService(TTSService):
         )
         if settings is not None:
             defaults.apply_update(settings)
+        kwargs.setdefault("stop_frame_timeout_s", STOP_FRAME_TIMEOUT_S)
         super().__init__(
             push_start_frame=True,
             push_stop_frames=True,
@@ -236,6 +242,9 @@ class VeenaTTSService(TTSService):
             yield ErrorFrame(error=f"{self}: {e}", exception=e)
         except ValueError as e:  # bad sampling values from settings
             yield ErrorFrame(error=f"{self}: invalid TTS settings: {e}", exception=e)
+        except Exception as e:  # never let one utterance take the pipeline down
+            logger.exception(f"{self}: unexpected error: {e}")
+            yield ErrorFrame(error=f"{self}: unexpected TTS error: {e}", exception=e)
         finally:
             await self.stop_ttfb_metrics()
 

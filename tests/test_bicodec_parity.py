@@ -62,15 +62,8 @@ def test_matches_flashtts_reference(
     assert float((got - expected).abs().max()) <= 1e-5
 
 
-def test_reference_uses_real_einx_or_documented_stand_in() -> None:
-    """The stand-in gather (only used when einx is absent) equals plain indexing."""
-    from pipecat_veena.codecs.bicodec.reference import _install_einx_get_at
-
-    _install_einx_get_at()
+def test_reference_runs_on_the_real_einx() -> None:
+    """flashtts's residual FSQ gathers with einx: the parity above ran the real package."""
     import einx
 
-    codebooks = torch.randn(2, 10, 3)
-    indices = torch.randint(0, 10, (4, 5, 2))
-    got = einx.get_at("q [c] d, b n q -> q b n d", codebooks, indices)
-    for q in range(2):
-        assert torch.equal(got[q], codebooks[q][indices[..., q]])
+    assert "site-packages" in einx.__file__

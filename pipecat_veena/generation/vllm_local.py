@@ -21,7 +21,7 @@ from typing import Any
 
 from loguru import logger
 
-from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
+from pipecat_veena.errors import EngineDeadError, EngineNotRunningError, GenerationError
 from pipecat_veena.generation.base import SamplingOptions, TokenDelta, TokenGenerator
 
 #: KV cache given to the CPU backend when the caller sets none (ample for tens of streams).
@@ -202,7 +202,9 @@ class VllmGenerator(TokenGenerator):
             TokenDelta: the new ids, the last one with its finish reason.
         """
         from vllm import TokensPrompt
+        from vllm.exceptions import VLLMValidationError
         from vllm.v1.engine.exceptions import EngineDeadError as VllmEngineDeadError
+        from vllm.v1.engine.exceptions import EngineGenerateError as VllmEngineGenerateError
 
         llm = self._require_running()
         params = self._sampling_params(options)
@@ -220,6 +222,9 @@ class VllmGenerator(TokenGenerator):
         except VllmEngineDeadError as e:
             finished = True
             raise EngineDeadError(f"{self}: the vLLM engine died: {e}") from e
+        except (VllmEngineGenerateError, VLLMValidationError) as e:
+            finished = True  # vLLM already aborted it
+            raise GenerationError(f"{self}: request {request_id} failed in vLLM: {e}") from e
         finally:
             if not finished and not self._closed:
                 # Fast: marks the request aborted in the output processor and tells EngineCore.

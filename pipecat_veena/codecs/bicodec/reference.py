@@ -3,15 +3,11 @@
 flashtts (MIT) is installed with ``--no-deps`` for tests only (see the Makefile). Only the module
 files of the decode path are imported: its package-level ``SparkDeTokenizer`` needs omegaconf and
 more, so :class:`ReferenceDetokenizer` wires the four reference modules exactly as flashtts's
-``SparkDeTokenizerModel.forward`` does. flashtts's residual FSQ imports ``einx`` for one gather;
-when einx is not installed, :func:`_install_einx_get_at` provides that single pattern (a documented
-stand-in; everything else runs flashtts's own code).
+``SparkDeTokenizerModel.forward`` does (its residual FSQ needs ``einx``: the dev extra).
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,40 +17,12 @@ import yaml
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-_EINX_PATTERN = "q [c] d, b n q -> q b n d"
-
-
-def _install_einx_get_at() -> None:
-    """Register a minimal ``einx`` with the one ``get_at`` pattern flashtts's ResidualFSQ uses.
-
-    ``get_at("q [c] d, b n q -> q b n d", codebooks, indices)`` gathers, for each quantizer q,
-    ``codebooks[q, indices[b, n, q], :]``. Any other pattern raises NotImplementedError.
-    """
-    try:
-        import einx  # noqa: F401
-
-        return
-    except ImportError:
-        pass
-
-    def get_at(pattern: str, codebooks: Tensor, indices: Tensor) -> Tensor:
-        if pattern != _EINX_PATTERN:
-            raise NotImplementedError(f"einx stand-in only supports {_EINX_PATTERN!r}")
-        quantizers = torch.arange(codebooks.shape[0], device=indices.device)
-        return codebooks[quantizers[:, None, None], indices.permute(2, 0, 1)]
-
-    module = types.ModuleType("einx")
-    module.get_at = get_at  # type: ignore[attr-defined]
-    module.__doc__ = "pipecat_veena stand-in for einx.get_at (one pattern); install einx to replace"
-    sys.modules["einx"] = module
-
 
 class ReferenceDetokenizer(nn.Module):
     """flashtts's BiCodec decode modules, composed as ``SparkDeTokenizerModel`` composes them."""
 
     def __init__(self, audio_tokenizer: Mapping[str, Any]) -> None:
         super().__init__()
-        _install_einx_get_at()
         from flashtts.modules.encoder_decoder.feat_decoder import Decoder
         from flashtts.modules.encoder_decoder.wave_generator import WaveGenerator
         from flashtts.modules.speaker.speaker_encoder import SpeakerEncoder

@@ -1,0 +1,272 @@
+"""VeenaTTSService on the real engine (vLLM CPU on the demo checkpoint, torch BiCodec) through
+real Pipecat pipelines: frame order, rates, interruptions under load, concurrency, settings,
+errors, and the WAV example and ``say`` command as users run them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import subprocess
+import sys
+from contextlib import aclosing
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytest_asyncio
+from pipecat.frames.frames import (
+    ErrorFrame,
+    InterruptionFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+    TTSAudioRawFrame,
+    TTSSpeakFrame,
+    TTSStartedFrame,
+    TTSStoppedFrame,
+    TTSTextFrame,
+    TTSUpdateSettingsFrame,
+)
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.tests.utils import SleepFrame, run_test
+from test_engine_real import RecordingGenerator
+
+from pipecat_veena.audio import read_wav
+from pipecat_veena.engine import EngineConfig, VeenaEngine
+from pipecat_veena.errors import GenerationError
+from pipecat_veena.service import VeenaTTSService
+
+pytestmark = pytest.mark.vllm
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest_asyncio.fixture(scope="module")
+async def engine(spark_tiny_checkpoint, spark_generator):
+    recorder = RecordingGenerator(spark_generator)
+    engine = VeenaEngine(EngineConfig(checkpoint=spark_tiny_checkpoint), generator=recorder)
+    await engine.start()
+    yield engine
+    await engine.shutdown()
+
+
+def _audio(frames) -> list[TTSAudioRawFrame]:
+    return [f for f in frames if isinstance(f, TTSAudioRawFrame)]
+
+
+def _semantics(engine: VeenaEngine, context_id: str) -> int:
+    ids = engine._format.ids
+    outputs = engine._generator.outputs
+    return sum(
+        1
+        for rid, out in outputs.items()
+        if rid.startswith(f"{context_id}-")
+        for t in out
+        if 0 <= t - ids.semantic_base < ids.num_semantic_codes
+    )
+
+
+@pytest.mark.parametrize("rate", [8000, 16000, 48000])
+async def test_speak_frame_order_rates_and_length(engine, rate):
+    down, up = await run_test(
+        VeenaTTSService(engine, seed=5),
+        frames_to_send=[TTSSpeakFrame("नमस्ते! Your order has shipped.")],
+        pipeline_params=PipelineParams(audio_out_sample_rate=rate),
+    )
+    types = [type(f) for f in down]
+    assert types.index(TTSStartedFrame) < types.index(TTSAudioRawFrame)
+    assert types.index(TTSAudioRawFrame) < types.index(TTSTextFrame) < types.index(TTSStoppedFrame)
+    audio = _audio(down)
+    assert {f.sample_rate for f in audio} == {rate}
+    (context_id,) = {f.context_id for f in audio}
+    samples = sum(len(f.audio) for f in audio) // 2
+    expected = _semantics(engine, context_id) * 320 * rate / 16000
+    assert samples == pytest.approx(expected, abs=2)
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+
+
+async def test_llm_turn_is_one_context_with_all_its_audio(engine):
+    down, _ = await run_test(
+        VeenaTTSService(engine),
+        frames_to_send=[
+            LLMFullResponseStartFrame(),
+            LLMTextFrame("Hello there. "),
+            LLMTextFrame("Aapka appointment "),
+            LLMTextFrame("kal hai। "),
+            LLMTextFrame("Thank you!"),
+            LLMFullResponseEndFrame(),
+        ],
+        pipeline_params=PipelineParams(audio_out_sample_rate=24000),
+    )
+    audio = _audio(down)
+    (context_id,) = {f.context_id for f in audio}
+    samples = sum(len(f.audio) for f in audio) // 2
+    assert samples == pytest.approx(_semantics(engine, context_id) * 320 * 1.5, abs=6)
+    assert [type(f) for f in down].count(TTSStartedFrame) == 1
+
+
+async def test_fifty_interruptions_across_concurrent_pipelines(engine):
+    rng = random.Random(7)
+    long_text = "This is a long answer that keeps going so that it can be interrupted. " * 2
+
+    async def pipeline(index: int):
+        frames = []
+        for _ in range(10):
+            frames += [
+                TTSSpeakFrame(long_text),
+                SleepFrame(rng.uniform(0.05, 0.6)),
+                InterruptionFrame(),
+            ]
+        frames += [SleepFrame(0.2), TTSSpeakFrame("And now the last answer.")]
+        down, up = await run_test(
+            VeenaTTSService(engine, seed=index),
+            frames_to_send=frames,
+            pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+        )
+        return down, up
+
+    results = await asyncio.gather(*(pipeline(i) for i in range(5)))
+    assert engine.stats()["unfinished_requests"] == 0
+    assert engine.stats()["active_streams"] == 0
+    for down, up in results:
+        seen_contexts: set[str] = set()
+        interrupted: set[str] = set()
+        for frame in down:
+            if isinstance(frame, InterruptionFrame):
+                interrupted |= seen_contexts
+            elif isinstance(frame, TTSAudioRawFrame):
+                assert frame.context_id not in interrupted, "audio after its interruption"
+                seen_contexts.add(frame.context_id)
+        last = down[max(i for i, f in enumerate(down) if isinstance(f, InterruptionFrame)) :]
+        tail_audio = _audio(last)
+        assert tail_audio, "the utterance after the interruptions did not play"
+        (tail_context,) = {f.context_id for f in tail_audio}
+        tail = sum(len(f.audio) for f in tail_audio) // 2
+        assert tail == _semantics(engine, tail_context) * 320
+        assert not [f for f in up if isinstance(f, ErrorFrame)]
+
+
+async def test_sixteen_concurrent_pipelines_get_their_own_audio(engine):
+    texts = [f"Pipeline {i} confirms booking {2000 + i}." for i in range(16)]
+
+    async def one(i: int):
+        down, _ = await run_test(
+            VeenaTTSService(engine, seed=100 + i),
+            frames_to_send=[TTSSpeakFrame(texts[i])],
+            pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+        )
+        audio = _audio(down)
+        (context_id,) = {f.context_id for f in audio}
+        return context_id, sum(len(f.audio) for f in audio) // 2
+
+    results = await asyncio.gather(*(one(i) for i in range(16)))
+    outputs = engine._generator.outputs
+    prompts = engine._generator.prompts
+    for i, (context_id, samples) in enumerate(results):
+        assert samples == _semantics(engine, context_id) * 320 > 0
+        rid = next(r for r in prompts if r.startswith(f"{context_id}-"))
+        text_ids = engine._format.encoder.user_text(texts[i])
+        prompt = prompts[rid]
+        assert any(prompt[k : k + len(text_ids)] == text_ids for k in range(len(prompt)))
+        assert outputs[rid]
+    assert engine.stats()["unfinished_requests"] == 0
+
+
+async def test_settings_unknown_voice_and_empty_text(engine):
+    tts = VeenaTTSService(engine)
+    down, up = await run_test(
+        tts,
+        frames_to_send=[
+            TTSSpeakFrame("   "),
+            TTSUpdateSettingsFrame(delta=VeenaTTSService.Settings(voice="nobody")),
+            TTSUpdateSettingsFrame(delta=VeenaTTSService.Settings(voice="male", speed="high")),
+            TTSSpeakFrame("Speaking as the fast male voice."),
+        ],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    errors = [f.error for f in up if isinstance(f, ErrorFrame)]
+    assert len(errors) == 1 and "unknown voice 'nobody'" in errors[0]
+    assert [type(f) for f in down].count(TTSStartedFrame) == 1
+    assert _audio(down)
+    assert "male:moderate:high" in engine.stats()["pinned_voices"]
+
+
+class _FailingGenerator(RecordingGenerator):
+    """The real generator, with a fault injected after a few deltas of the first request."""
+
+    def __init__(self, inner, fail_after: int) -> None:
+        super().__init__(inner)
+        self.fail_after = fail_after
+        self.failed = False
+
+    async def generate(self, prompt_ids, options, request_id):
+        count = 0
+        async with aclosing(super().generate(prompt_ids, options, request_id)) as deltas:
+            async for delta in deltas:
+                count += 1
+                if not self.failed and count > self.fail_after:
+                    self.failed = True
+                    raise GenerationError("injected: the LLM request failed mid-utterance")
+                yield delta
+
+
+async def test_engine_error_mid_utterance_then_next_utterance_plays(
+    spark_tiny_checkpoint, spark_generator
+):
+    failing = _FailingGenerator(spark_generator, fail_after=90)  # after the first audio
+    engine = VeenaEngine(
+        EngineConfig(checkpoint=spark_tiny_checkpoint, warmup=False), generator=failing
+    )
+    await engine.start()
+    try:
+        tts = VeenaTTSService(engine)
+        down, up = await run_test(
+            tts,
+            frames_to_send=[
+                TTSSpeakFrame("The first answer fails half way through its audio."),
+                SleepFrame(0.5),
+                TTSSpeakFrame("The second answer plays."),
+            ],
+            pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+        )
+        errors = [f for f in up if isinstance(f, ErrorFrame)]
+        assert len(errors) == 1 and "failed mid-utterance" in errors[0].error
+        contexts = [f.context_id for f in _audio(down)]
+        assert len(set(contexts)) == 2  # audio from both utterances
+        assert engine.stats()["unfinished_requests"] == 0
+    finally:
+        await engine.shutdown()
+
+
+def _run(args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def test_say_command_writes_a_wav_of_the_asked_rate(tmp_path, spark_tiny_checkpoint):
+    out = tmp_path / "hello.wav"
+    result = _run(
+        [
+            sys.executable, "-m", "pipecat_veena.cli", "say", "नमस्ते! Welcome to the demo.",
+            "-o", str(out), "--model", str(spark_tiny_checkpoint), "--sample-rate", "8000",
+        ]
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    samples, rate = read_wav(out)
+    assert rate == 8000 and len(samples) > 0 and np.abs(samples).max() > 0
+    assert "time to first audio" in result.stdout and "real-time factor" in result.stdout
+
+
+def test_wav_bot_example_runs_on_the_demo_checkpoint(tmp_path, spark_tiny_checkpoint):
+    result = _run(
+        [
+            sys.executable, str(ROOT / "examples" / "wav_bot.py"),
+            "--model", str(spark_tiny_checkpoint), "--out-dir", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    wavs = sorted(tmp_path.glob("call*.wav"))
+    assert len(wavs) == 3
+    for wav in wavs:
+        samples, rate = read_wav(wav)
+        assert rate == 16000 and len(samples) > 0
