@@ -73,6 +73,34 @@ def _say(args: argparse.Namespace) -> int:
     return asyncio.run(_say_async(args, checkpoint))
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    from pipecat_veena.calibrate import lookahead_curve, pick_lookahead
+    from pipecat_veena.checkpoint import detect_layout
+    from pipecat_veena.engine import EngineConfig, load_codec
+    from pipecat_veena.streaming import StreamConfig
+
+    if args.model is None:
+        from pipecat_veena.demo import build_demo_checkpoint
+
+        args.model = build_demo_checkpoint("spark")
+        print(f"using the demo checkpoint {args.model} (random weights)")
+    codec = load_codec(detect_layout(args.model), EngineConfig(checkpoint=args.model))
+    base = StreamConfig.for_codec(codec)
+    candidates = sorted({0, 2, 4, 8, 12, 16, 24, 32, codec.context_frames})
+    curve = lookahead_curve(codec, candidates, base, frames=args.frames)
+    print(f"{type(codec).__name__}: receptive field {codec.context_frames} frames")
+    print("lookahead R (frames) | first audio (frames) | seam SNR vs offline decode")
+    for r, snr in curve:
+        print(f"{r:20d} | {base.first_frames + r:20d} | {snr:7.1f} dB")
+    chosen = pick_lookahead(curve, args.target_db)
+    print(
+        f"smallest lookahead reaching {args.target_db} dB: {chosen} frames; use "
+        f"EngineConfig(stream=StreamConfig(lookahead_frames={chosen}, ...)) or "
+        f"EngineConfig(calibrate_seams_db={args.target_db})"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``pipecat-veena``."""
     parser = argparse.ArgumentParser(prog="pipecat-veena", description=__doc__)
@@ -88,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--device", default="auto", help="codec device: auto, cpu, cuda")
     say.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     say.set_defaults(func=_say)
+
+    cal = sub.add_parser("calibrate", help="measure the lookahead a checkpoint's codec needs")
+    cal.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
+    cal.add_argument("--target-db", type=float, default=80.0, help="seam SNR to reach")
+    cal.add_argument("--frames", type=int, default=200, help="length of the random probe")
+    cal.set_defaults(func=_calibrate)
 
     demo = sub.add_parser("build-demo", help="build (or reuse) the deterministic demo checkpoints")
     demo.add_argument("--dir", type=Path, default=None, help="where to put them (default: cache)")

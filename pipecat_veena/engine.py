@@ -47,6 +47,9 @@ class EngineConfig:
         codec_dtype: codec dtype name ("float32", "bfloat16", "float16"); None: fp32 on CPU,
             fp16 on CUDA.
         stream: sliding-window settings; None: the measured defaults for the codec.
+        calibrate_seams_db: when set, measure at start the smallest lookahead whose seams reach
+            this SNR against an offline decode on the LOADED codec weights (seconds on CPU,
+            milliseconds on GPU), and use it; see ``pipecat-veena calibrate``.
         max_part_chars: long text is split into parts of at most this many characters.
         pin_voices: reuse each voice's first generated globals for every later utterance of
             that voice (no drift between sentences, and fewer tokens before first audio).
@@ -66,6 +69,7 @@ class EngineConfig:
     device: str = "auto"
     codec_dtype: str | None = None
     stream: StreamConfig | None = None
+    calibrate_seams_db: float | None = None
     max_part_chars: int = DEFAULT_MAX_PART_CHARS
     pin_voices: bool = True
     max_num_seqs: int = 64
@@ -149,10 +153,20 @@ class VeenaEngine:
         cfg = self.config
         layout = detect_layout(cfg.checkpoint)
         if self._codec is None:
-            self._codec = await asyncio.to_thread(_load_codec, layout, cfg)
+            self._codec = await asyncio.to_thread(load_codec, layout, cfg)
         tokenizer = await asyncio.to_thread(load_tokenizer, layout.llm_dir)
         self._format = load_format(layout, tokenizer, self._codec.condition_size)
         self._stream_config = cfg.stream or StreamConfig.for_codec(self._codec)
+        if cfg.calibrate_seams_db is not None:
+            from pipecat_veena.calibrate import calibrate_lookahead
+
+            self._stream_config = await asyncio.to_thread(
+                calibrate_lookahead, self._codec, cfg.calibrate_seams_db, self._stream_config
+            )
+            logger.info(
+                f"{self}: lookahead {self._stream_config.lookahead_frames} frames reaches "
+                f"{cfg.calibrate_seams_db} dB seams on these weights"
+            )
         if self._generator is None:
             from pipecat_veena.generation.vllm_local import VllmGenerator
 
@@ -329,7 +343,7 @@ class VeenaEngine:
         return len(hits)
 
 
-def _load_codec(layout: Any, cfg: EngineConfig) -> AudioCodec:
+def load_codec(layout: Any, cfg: EngineConfig) -> AudioCodec:
     """Load the checkpoint's codec (blocking: runs in a worker thread)."""
     import torch
 
