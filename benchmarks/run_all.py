@@ -1,0 +1,35 @@
+"""Run every CPU benchmark in turn (each writes its own section of BENCHMARKS.md).
+
+    .venv/bin/python -m benchmarks.run_all        (or: make bench)
+
+Each runs in its own process, one after the other, so that timings do not compete for the two
+cores and every vLLM engine is gone before the next starts. benchmarks/gpu_codec.py needs a GPU
+and is not run here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+BENCHMARKS = [
+    ["benchmarks.demo"],
+    ["benchmarks.codec_cpu"],
+    ["benchmarks.streaming"],
+    ["benchmarks.engine_glue"],
+    ["benchmarks.service", "--kind", "spark-tiny", "--concurrency", "1", "4", "16"],
+    ["benchmarks.service", "--kind", "spark", "--concurrency", "1", "4"],
+]
+
+
+def main() -> int:
+    """Run each benchmark; returns the number that failed."""
+    failed = 0
+    for args in BENCHMARKS:
+        print(f"== python -m {' '.join(args)}", flush=True)
+        failed += subprocess.run([sys.executable, "-m", *args]).returncode != 0
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())
