@@ -50,7 +50,8 @@ class EngineConfig:
         calibrate_seams_db: when set, measure at start the smallest lookahead whose seams reach
             this SNR against an offline decode on the LOADED codec weights (seconds on CPU,
             milliseconds on GPU), and use it; see ``pipecat-veena calibrate``.
-        max_part_chars: long text is split into parts of at most this many characters.
+        max_part_chars: long text is split into parts of at most this many characters (None:
+            the checkpoint's ``max_part_chars`` from voices.json, else 220).
         pin_voices: reuse each voice's first generated globals for every later utterance of
             that voice (no drift between sentences, and fewer tokens before first audio).
         max_num_seqs: most concurrent generation requests in vLLM.
@@ -70,7 +71,7 @@ class EngineConfig:
     codec_dtype: str | None = None
     stream: StreamConfig | None = None
     calibrate_seams_db: float | None = None
-    max_part_chars: int = DEFAULT_MAX_PART_CHARS
+    max_part_chars: int | None = None
     pin_voices: bool = True
     max_num_seqs: int = 64
     max_model_len: int = 4096
@@ -316,7 +317,9 @@ class VeenaEngine:
         options = self.sampling(**sampling)
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-        parts = split_text(text, self.config.max_part_chars)
+        parts = split_text(
+            text, self.config.max_part_chars or fmt.voices.max_part_chars or DEFAULT_MAX_PART_CHARS
+        )
         if not parts:
             logger.debug(f"{self}: nothing speakable in {text!r}")
             return

@@ -33,6 +33,8 @@ class VoiceBook:
         template: the Veena3 prompt template, if any.
         emotion_tags: inline tags the model understands.
         controllable: True when ``gender[:pitch[:speed]]`` names are accepted (Spark).
+        max_part_chars: the longest text part the model handles well, when the checkpoint
+            says (``max_part_chars`` in voices.json).
     """
 
     voices: dict[str, Voice]
@@ -40,6 +42,7 @@ class VoiceBook:
     template: str | None = None
     emotion_tags: tuple[str, ...] = ()
     controllable: bool = False
+    max_part_chars: int | None = None
     _num_globals: int = field(default=32, repr=False)
 
     @property
@@ -130,6 +133,7 @@ def spark_voices(root: Path, num_globals: int) -> VoiceBook:
         template=data.get("template"),
         emotion_tags=tuple(data.get("emotion_tags", ())),
         controllable=True,
+        max_part_chars=data.get("max_part_chars"),
         _num_globals=num_globals,
     )
 
@@ -145,7 +149,8 @@ def veena_voices(root: Path) -> VoiceBook:
         }
         default = str(data.get("default_voice", next(iter(voices)))).lower()
         tags = tuple(data.get("emotion_tags", ()))
+        max_part_chars = data.get("max_part_chars")
     else:
         voices = {n: Voice(name=n, speaker=n) for n in VEENA_SPEAKERS}
-        default, tags = VEENA_SPEAKERS[0], ()
-    return VoiceBook(voices, default, emotion_tags=tags)
+        default, tags, max_part_chars = VEENA_SPEAKERS[0], (), None
+    return VoiceBook(voices, default, emotion_tags=tags, max_part_chars=max_part_chars)

@@ -84,6 +84,19 @@ async def test_long_text_continues_with_the_first_parts_globals(tmp_path):
     await engine.shutdown()
 
 
+async def test_checkpoint_sets_the_part_length_unless_the_config_does(tmp_path):
+    voices = {"template": TEMPLATE, "voices": {"nilay": {"speaker": "<|speaker_nilay|>"}},
+              "max_part_chars": 40}  # fmt: skip
+    script = well_formed(IDS, voice_globals=VOICE, semantics=5)
+    text = "A first sentence of some length. A second sentence of some length."
+    engine, gen = await _engine(tmp_path / "a", script, voices=voices)
+    await _collect(engine, text)
+    assert len(gen.prompts) == 2
+    engine, gen = await _engine(tmp_path / "b", script, voices=voices, max_part_chars=220)
+    await _collect(engine, text)
+    assert len(gen.prompts) == 1
+
+
 async def test_pinned_voice_skips_the_globals_next_time(tmp_path):
     engine, gen = await _engine(tmp_path, well_formed(IDS, voice_globals=VOICE, semantics=20))
     gen.step = 1

@@ -121,9 +121,11 @@ def test_voices_file(tmp_path):
                    "nilay": {"speaker": "<|speaker_nilay|>"},
                    "fixed": {"globals": list(range(32))}},
         "emotion_tags": ["<laugh>"],
+        "max_part_chars": 100,
     }  # fmt: skip
     (tmp_path / "voices.json").write_text(json.dumps(data))
     book = spark_voices(tmp_path, 32)
+    assert book.max_part_chars == 100
     assert book.names == ["nilay", "lipakshi", "fixed"]
     assert book.resolve(None).speaker == "<|speaker_nilay|>"
     assert book.resolve("fixed").globals == tuple(range(32))

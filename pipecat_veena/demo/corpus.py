@@ -8,6 +8,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+#: Longest text part (characters) the demo LLMs were trained on (72 BPE ids); written into the
+#: checkpoints' voices.json so the engine splits longer text before it reaches them.
+MAX_PART_CHARS = 100
+
 CORPUS: tuple[str, ...] = (
     "Hello! Welcome to the pipecat-veena demo.",
     "The quick brown fox jumps over the lazy dog.",

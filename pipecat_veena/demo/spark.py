@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import yaml
 from tokenizers import Tokenizer
 
-from pipecat_veena.demo.corpus import TextSampler
+from pipecat_veena.demo.corpus import MAX_PART_CHARS, TextSampler
 from pipecat_veena.demo.tokenizer import (
     BPE_VOCAB_SIZE,
     EMOTION_TAGS,
@@ -286,6 +286,7 @@ def write_spark_files(root: Path, tok: Tokenizer, *, kind: str) -> None:
         "default_voice": DEFAULT_SPEAKER,
         "voices": voices,
         "emotion_tags": list(EMOTION_TAGS),
+        "max_part_chars": MAX_PART_CHARS,
     }
     (root / "voices.json").write_text(json.dumps(spec, indent=2, ensure_ascii=False) + "\n")
     (root / "README.md").write_text(README.format(kind=kind))

@@ -8,13 +8,14 @@ depends on the speaker, so each speaker has its own code distribution (its own "
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
 
-from pipecat_veena.demo.corpus import TextSampler
+from pipecat_veena.demo.corpus import MAX_PART_CHARS, TextSampler
 from pipecat_veena.demo.tokenizer import (
     BPE_VOCAB_SIZE,
     CUSTOM_BASE,
@@ -147,6 +148,13 @@ def write_veena_files(root: Path, *, seed: int) -> None:
     from pipecat_veena.codecs.snac import write_random_checkpoint
 
     write_random_checkpoint(root / "snac_24khz", seed=seed)
+    voices = {
+        "format": "veena",
+        "default_voice": SPEAKERS[0],
+        "voices": {name: {"speaker": name} for name in SPEAKERS},
+        "max_part_chars": MAX_PART_CHARS,
+    }
+    (root / "voices.json").write_text(json.dumps(voices, indent=2) + "\n")
     (root / "README.md").write_text(README)
 
 
