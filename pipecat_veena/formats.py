@@ -83,11 +83,6 @@ class ModelFormat:
         """Ids that end a part."""
         raise NotImplementedError
 
-    @property
-    def control_ids(self) -> frozenset[int]:
-        """Ids user text must never produce."""
-        raise NotImplementedError
-
 
 class BiCodecFormat(ModelFormat):
     """Spark-TTS-0.5B and Veena3 (BiCodec semantic + global tokens)."""
@@ -121,23 +116,13 @@ class BiCodecFormat(ModelFormat):
         """``<|im_end|>`` (and ``<|end_semantic_token|>`` when the tokenizer has it)."""
         return self.prompts.stop_ids
 
-    @property
-    def control_ids(self) -> frozenset[int]:
-        """Markers, labels, eos, and every global and semantic id."""
-        ids = self.ids
-        codec = set(range(ids.global_base, ids.global_base + ids.num_global_codes))
-        codec |= set(range(ids.semantic_base, ids.semantic_base + ids.num_semantic_codes))
-        return ids.control_ids | codec
-
 
 class SnacFormat(ModelFormat):
     """Veena / Orpheus (7-token SNAC frames at 24 kHz)."""
 
     family = "snac"
     # Veena's published settings (model card): T 0.4, top_p 0.9, repetition penalty 1.05.
-    default_sampling = SamplingOptions(
-        temperature=0.4, top_k=0, top_p=0.9, repetition_penalty=1.05
-    )
+    default_sampling = SamplingOptions(temperature=0.4, top_k=0, top_p=0.9, repetition_penalty=1.05)
 
     def __init__(self, layout: CheckpointLayout, tokenizer: Any, slots: int = 7) -> None:
         self.ids = SnacIds.from_lookup(tokenizer.token_to_id, slots=slots)
@@ -163,12 +148,6 @@ class SnacFormat(ModelFormat):
     def stop_ids(self) -> tuple[int, ...]:
         """END_OF_SPEECH and END_OF_AI."""
         return self.prompts.stop_ids
-
-    @property
-    def control_ids(self) -> frozenset[int]:
-        """The ten control ids and every audio code id."""
-        ids = self.ids
-        return frozenset(range(ids.base, ids.audio_base + ids.slots * ids.codebook_size))
 
 
 def load_format(layout: CheckpointLayout, tokenizer: Any, condition_size: int) -> ModelFormat:

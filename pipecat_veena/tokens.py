@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from pipecat_veena.errors import MalformedStreamError, TokenizerError
 
@@ -99,7 +100,7 @@ class BiCodecIds:
         """Token ids of global codes in [0, num_global_codes)."""
         return [self.global_base + int(c) for c in codes]
 
-    @property
+    @cached_property
     def control_ids(self) -> frozenset[int]:
         """Every id that steers generation (markers, style labels, eos)."""
         return frozenset([*self.markers.values(), self.eos])
@@ -170,7 +171,7 @@ class SnacIds:
         """Ids that end an utterance."""
         return (self.end_of_speech, self.end_of_ai)
 
-    @property
+    @cached_property
     def control_ids(self) -> frozenset[int]:
         """Every id below the audio codes (the ten control tokens)."""
         return frozenset(range(self.base, self.audio_base))

@@ -1,61 +1,24 @@
 """VeenaEngine through the real parts: the vLLM CPU engine on the demo checkpoints and the torch
 codecs (BiCodec tiny config; SNAC 24 kHz).
 
-A ``RecordingGenerator`` passes every call through to the real VllmGenerator unchanged and keeps
-the prompts and generated ids, so tests can compare audio with the tokens that made it.
+A ``RecordingGenerator`` (tests/recording.py) passes every call through to the real VllmGenerator
+and keeps the prompts and generated ids, so tests can compare audio with the tokens that made it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import aclosing
 
 import numpy as np
 import pytest
 import pytest_asyncio
+from recording import RecordingGenerator
 
 from pipecat_veena.audio import snr_db
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.errors import MalformedStreamError, NoAudioError
-from pipecat_veena.generation import SamplingOptions, TokenDelta, TokenGenerator
 
 pytestmark = pytest.mark.vllm
-
-
-class RecordingGenerator(TokenGenerator):
-    """Delegates to a real generator and records prompts and outputs per request id."""
-
-    def __init__(self, inner: TokenGenerator) -> None:
-        self.inner = inner
-        self.prompts: dict[str, list[int]] = {}
-        self.outputs: dict[str, list[int]] = {}
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def shutdown(self) -> None:  # the session fixture owns the real engine
-        pass
-
-    @property
-    def is_running(self) -> bool:
-        return self.inner.is_running
-
-    def num_unfinished(self) -> int:
-        return self.inner.num_unfinished()
-
-    async def abort(self, request_id: str) -> None:
-        await self.inner.abort(request_id)
-
-    async def generate(
-        self, prompt_ids: list[int], options: SamplingOptions, request_id: str
-    ) -> AsyncIterator[TokenDelta]:
-        self.prompts[request_id] = list(prompt_ids)
-        out = self.outputs.setdefault(request_id, [])
-        async with aclosing(self.inner.generate(prompt_ids, options, request_id)) as deltas:
-            async for delta in deltas:
-                out.extend(delta.token_ids)
-                yield delta
 
 
 @pytest_asyncio.fixture(scope="module")

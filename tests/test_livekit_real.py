@@ -1,23 +1,22 @@
 """VeenaTTS (LiveKit plugin) through the real parts: the vLLM CPU engine on the demo Spark
 checkpoint and the torch BiCodec (tiny config), with LiveKit's own TTS base classes (no server).
 
-``TokenCounter`` passes every call through to the session's real VllmGenerator and keeps the
-generated ids per request, so audio length can be checked against the tokens that made it (the
-engine's request ids start with the LiveKit request id of the attempt that made the frames). The
-demo model sometimes breaks the codec grammar; LiveKit then retries, so an error event is
-allowed if it was recoverable and the audio came from the retry.
+``RecordingGenerator`` (tests/recording.py) passes every call through to the session's real
+VllmGenerator and keeps the generated ids per request, so audio length can be checked against
+the tokens that made it (the engine's request ids start with the LiveKit request id of the
+attempt that made the frames). The demo model sometimes breaks the codec grammar; LiveKit then
+retries, so an error event is allowed if it was recoverable and the audio came from the retry.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from recording import RecordingGenerator
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
-from pipecat_veena.generation import SamplingOptions, TokenDelta, TokenGenerator
 from pipecat_veena.livekit import VeenaTTS
 
 pytestmark = pytest.mark.vllm
@@ -25,48 +24,10 @@ pytestmark = pytest.mark.vllm
 LONG_TEXT = "This answer keeps going on and on, so that generation takes a good while. " * 3
 
 
-class TokenCounter(TokenGenerator):
-    """Delegates to the real generator (not owned: never shut down here); records outputs."""
-
-    def __init__(self, inner: TokenGenerator) -> None:
-        self.inner = inner
-        self.outputs: dict[str, list[int]] = {}
-
-    def tokens_of(self, request_id: str) -> list[int]:
-        """Every id generated for the engine requests of one LiveKit request id."""
-        return [
-            t for rid, out in self.outputs.items() if rid.startswith(f"{request_id}-") for t in out
-        ]
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def shutdown(self) -> None:
-        pass
-
-    @property
-    def is_running(self) -> bool:
-        return self.inner.is_running
-
-    def num_unfinished(self) -> int:
-        return self.inner.num_unfinished()
-
-    async def abort(self, request_id: str) -> None:
-        await self.inner.abort(request_id)
-
-    async def generate(
-        self, prompt_ids: list[int], options: SamplingOptions, request_id: str
-    ) -> AsyncIterator[TokenDelta]:
-        out = self.outputs.setdefault(request_id, [])
-        async for delta in self.inner.generate(prompt_ids, options, request_id):
-            out.extend(delta.token_ids)
-            yield delta
-
-
 @pytest_asyncio.fixture(scope="session")
 async def livekit_engine(spark_tiny_checkpoint, spark_generator):
     """A real VeenaEngine over the session's vLLM generator (no second vLLM engine)."""
-    counter = TokenCounter(spark_generator)
+    counter = RecordingGenerator(spark_generator)
     config = EngineConfig(checkpoint=spark_tiny_checkpoint, warmup=False, max_model_len=2048)
     engine = VeenaEngine(config, generator=counter)
     await engine.start()

@@ -30,7 +30,7 @@ from pipecat.frames.frames import (
 )
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
-from test_engine_real import RecordingGenerator
+from recording import RecordingGenerator
 
 from pipecat_veena.audio import read_wav
 from pipecat_veena.engine import EngineConfig, VeenaEngine
