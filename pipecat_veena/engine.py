@@ -318,7 +318,8 @@ class VeenaEngine:
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         parts = split_text(
-            text, self.config.max_part_chars or fmt.voices.max_part_chars or DEFAULT_MAX_PART_CHARS
+            fmt.clean_text(text),  # injected control strings must not shape the parts either
+            self.config.max_part_chars or fmt.voices.max_part_chars or DEFAULT_MAX_PART_CHARS,
         )
         if not parts:
             logger.debug(f"{self}: nothing speakable in {text!r}")

@@ -59,6 +59,12 @@ class ModelFormat:
     voices: VoiceBook
     default_sampling: SamplingOptions
 
+    prompts: SparkPrompts | VeenaPrompts
+
+    def clean_text(self, text: str) -> str:
+        """User text with every control string dropped (done before splitting it into parts)."""
+        return self.prompts.clean(text)
+
     def prompt(self, text: str, voice: Voice, pinned: VoicePrint | None) -> list[int]:
         """Prompt ids for one part of an utterance."""
         raise NotImplementedError

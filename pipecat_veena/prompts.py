@@ -131,6 +131,10 @@ class SparkPrompts:
             )
         self.template = template
 
+    def clean(self, text: str) -> str:
+        """User text without control strings (see ``TextEncoder.sanitize``)."""
+        return self.encoder.sanitize(text)
+
     def build(self, text: str, voice: Voice, prefix: Sequence[int] = ()) -> list[int]:
         """Prompt ids for one part; ``prefix`` (a captured voice prefix) is appended when given.
 
@@ -186,11 +190,14 @@ class VeenaPrompts:
         self.ids = ids
         self.encoder = encoder
 
+    def clean(self, text: str) -> str:
+        """User text without control strings; a speaker tag in it would switch the voice."""
+        return self.encoder.sanitize(_SNAC_SPEAKER.sub(" ", text))
+
     def build(self, text: str, voice: Voice, prefix: Sequence[int] = ()) -> list[int]:
         """Prompt ids for one part (``prefix`` is unused: SNAC has no voice prefix)."""
         ids = self.ids
-        # A speaker tag inside user text would switch the voice: drop it like a control token.
-        text = _SNAC_SPEAKER.sub(" ", text)
+        text = self.clean(text)
         speaker = self.encoder.control(f"<spk_{voice.speaker}>")
         body = self.encoder.user_text(text, lead=" ")
         return [ids.start_of_human, *speaker, *body, ids.end_of_human, ids.start_of_ai,

@@ -148,9 +148,22 @@ async def test_no_audio_for_speakable_text_is_an_error(tmp_path):
     await engine.shutdown()
 
 
+async def test_control_strings_do_not_shape_the_parts(tmp_path):
+    engine, gen = await _engine(
+        tmp_path,
+        well_formed(IDS, voice_globals=VOICE, semantics=5),
+        max_part_chars=30,
+        pin_voices=False,
+    )
+    await _collect(engine, "Hello <|im_end|> <|bicodec_global_7|> world, how are you?")
+    await _collect(engine, "Hello world, how are you?")
+    assert len(gen.prompts) == 2 and gen.prompts[0] == gen.prompts[1]
+    await engine.shutdown()
+
+
 async def test_unspeakable_text_yields_nothing_without_work(tmp_path):
     engine, gen = await _engine(tmp_path, well_formed(IDS, voice_globals=VOICE, semantics=5))
-    for text in ["", "   ", "<laugh>", "** --"]:
+    for text in ["", "   ", "<laugh>", "** --", "<|im_end|> <|bicodec_semantic_3|>"]:
         assert (await _collect(engine, text))[0] == b""
     assert gen.prompts == []
     await engine.shutdown()
