@@ -1,0 +1,56 @@
+"""Load-time settings of the engine (one frozen dataclass, no heavy imports)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipecat_veena.streaming import StreamConfig
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Load-time settings of a VeenaEngine.
+
+    Parameters:
+        checkpoint: checkpoint directory (Spark-TTS-0.5B layout ``LLM/`` + ``BiCodec/``, Veena3,
+            or Veena: LLM + SNAC directory); the layout is detected.
+        device: codec device, "auto" (CUDA when available), "cpu" or "cuda[:n]".
+        codec_dtype: codec dtype name ("float32", "bfloat16", "float16"); None: fp32 on CPU,
+            fp16 on CUDA.
+        stream: sliding-window settings; None: the measured defaults for the codec.
+        calibrate_seams_db: when set, measure at start the smallest lookahead whose seams reach
+            this SNR against an offline decode on the LOADED codec weights (seconds on CPU,
+            milliseconds on GPU), and use it; see ``pipecat-veena calibrate``.
+        max_part_chars: long text is split into parts of at most this many characters (None:
+            the checkpoint's ``max_part_chars`` from voices.json, else 220).
+        pin_voices: reuse each voice's first generated globals for every later utterance of
+            that voice (no drift between sentences, and fewer tokens before first audio).
+        max_num_seqs: most concurrent generation requests in vLLM.
+        max_model_len: longest prompt plus generation.
+        decode_max_batch: most windows decoded in one codec call.
+        decode_max_wait_ms: how long a window may wait for others to batch with.
+        min_buffer_s: when the audio emitted ahead of real time falls below this, whatever is
+            ready is decoded at once instead of waiting for the next (growing) chunk: playback
+            stays gapless even when the LLM runs at less than twice real time.
+        warmup: run one short utterance at start so the first call is not slow.
+        log_requests: log each request at info level.
+        generator_kwargs: further VllmGenerator arguments (dtype, kv_cache_memory_bytes, ...).
+    """
+
+    checkpoint: Path
+    device: str = "auto"
+    codec_dtype: str | None = None
+    stream: StreamConfig | None = None
+    calibrate_seams_db: float | None = None
+    max_part_chars: int | None = None
+    pin_voices: bool = True
+    max_num_seqs: int = 64
+    max_model_len: int = 4096
+    decode_max_batch: int = 16
+    decode_max_wait_ms: float = 2.0
+    min_buffer_s: float = 0.3
+    warmup: bool = True
+    log_requests: bool = False
+    generator_kwargs: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,263 @@
+"""One utterance through the engine: parts -> prompts -> tokens -> windows -> int16 chunks.
+
+The per-request half of the engine (VeenaEngine owns what is shared). All state here belongs to
+one ``stream()`` call; nothing is shared between calls except through ``EngineParts``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, replace
+from typing import Any
+
+from loguru import logger
+
+from pipecat_veena.audio import BYTES_PER_SAMPLE, to_pcm_bytes
+from pipecat_veena.codecs.base import AudioCodec
+from pipecat_veena.config import EngineConfig
+from pipecat_veena.errors import NoAudioError
+from pipecat_veena.formats import ModelFormat, VoicePrint
+from pipecat_veena.generation import SamplingOptions, TokenGenerator
+from pipecat_veena.guards import RepetitionGuard
+from pipecat_veena.prompts import Voice
+from pipecat_veena.streaming import StreamConfig, StreamDecoder, should_hurry
+
+#: A code stream periodic over this many seconds is a loop; periods up to LOOP_PERIOD_S count.
+LOOP_WINDOW_S = 3.0
+LOOP_PERIOD_S = 0.5
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """A piece of one utterance's audio.
+
+    Attributes:
+        pcm: mono little-endian int16 samples.
+        sample_rate: their rate (the codec's: 16 kHz BiCodec, 24 kHz SNAC).
+        tokens: LLM tokens generated in the request up to this chunk.
+    """
+
+    pcm: bytes
+    sample_rate: int
+    tokens: int
+
+    @property
+    def num_samples(self) -> int:
+        """Samples in the chunk."""
+        return len(self.pcm) // BYTES_PER_SAMPLE
+
+    @property
+    def duration(self) -> float:
+        """Seconds of audio in the chunk."""
+        return self.num_samples / self.sample_rate
+
+
+@dataclass
+class EngineParts:
+    """What every utterance of one engine shares (built by ``VeenaEngine.start``).
+
+    Attributes:
+        config: the engine's settings.
+        fmt: the checkpoint's model format (ids, prompts, parsers, voices).
+        codec: the audio codec.
+        generator: the LLM backend.
+        batcher: the decode micro-batcher in front of the codec.
+        stream_config: the sliding-window settings in use.
+        pinned: voice prints by voice name (the pinned voices).
+    """
+
+    config: EngineConfig
+    fmt: ModelFormat
+    codec: AudioCodec
+    generator: TokenGenerator
+    batcher: Any
+    stream_config: StreamConfig
+    pinned: dict[str, VoicePrint]
+
+
+class Utterance:
+    """State of one ``VeenaEngine.stream()`` call: its parts, voice, decoder and counters.
+
+    Args:
+        shared: the engine's parts every utterance uses.
+        rid: this request's id (the LLM requests are ``{rid}-{part index}``).
+        voice: the resolved voice.
+        options: sampling options (the family's defaults with the caller's overrides).
+        max_tokens: the caller's cap on tokens per part, if any.
+    """
+
+    def __init__(
+        self,
+        shared: EngineParts,
+        rid: str,
+        voice: Voice,
+        options: SamplingOptions,
+        max_tokens: int | None,
+    ) -> None:
+        self.shared = shared
+        self.config = shared.config
+        self.max_tokens = max_tokens
+        self.fmt = shared.fmt
+        self.rid = rid
+        self.voice = voice
+        self.options = options
+        codec = shared.codec
+        self.codec = codec
+        self.rate = codec.frame_rate * codec.codes_per_frame  # LLM codec tokens per second
+        self.decoder: StreamDecoder | None = None
+        self.pinned = shared.pinned.get(voice.name) if self.config.pin_voices else None
+        self.tokens = 0
+        self.samples = 0
+        self.aborted = False
+        self.first_audio_at: float | None = None
+        self.first_code_at = 0.0
+        self.last_decode_s = 0.0
+        self.llm_request_id: str | None = None
+        self.started = time.perf_counter()
+        self.guard = RepetitionGuard(
+            window=round(LOOP_WINDOW_S * self.rate), max_period=round(LOOP_PERIOD_S * self.rate)
+        )
+
+    async def run(self, parts: list[str]) -> AsyncIterator[AudioChunk]:
+        """Speak the parts in order, one voice throughout; yields int16 chunks."""
+        if self.config.log_requests:
+            logger.info(f"{self.rid}: voice={self.voice.name} parts={len(parts)}")
+        for index, part in enumerate(parts):
+            async with aclosing(self._run_part(index, part)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+            if self.guard.tripped or self.aborted:
+                break
+        if self.aborted:
+            logger.debug(f"{self.rid}: aborted")
+            return
+        if self.decoder is not None:
+            for job in self.decoder.plan_finish():
+                chunk = await self._decode(job)
+                if chunk is not None:
+                    yield chunk
+        if self.samples == 0:
+            raise NoAudioError(
+                f"{self.rid}: the model produced no audio for speakable text {parts[0][:60]!r}"
+            )
+        logger.debug(
+            f"{self.rid}: done: {self.tokens} tokens, "
+            f"{self.samples / self.codec.sample_rate:.2f} s audio in "
+            f"{time.perf_counter() - self.started:.2f} s"
+        )
+
+    async def _run_part(self, index: int, text: str) -> AsyncIterator[AudioChunk]:
+        fmt = self.fmt
+        prefilled = self.pinned is not None or self.voice.globals is not None
+        prompt = fmt.prompt(text, self.voice, self.pinned)
+        options = fmt.options(self.options, text, prefilled=prefilled, rate=self.rate)
+        room = self.config.max_model_len - len(prompt)
+        cap = min(options.max_tokens, room, self.max_tokens or room)
+        options = replace(
+            options,
+            max_tokens=cap,
+            min_tokens=min(options.min_tokens, cap),
+            seed=None if options.seed is None else options.seed + index,
+        )
+        parser = fmt.parser(prefilled=prefilled)
+        generator = self.shared.generator
+        reason = None
+        self.llm_request_id = request_id = f"{self.rid}-{index}"
+        try:
+            async with aclosing(generator.generate(prompt, options, request_id)) as deltas:
+                async for delta in deltas:
+                    if self.aborted:
+                        return
+                    reason = delta.finish_reason
+                    for job in self._plan(delta, parser):
+                        chunk = await self._decode(job)
+                        if self.aborted:
+                            return
+                        if chunk is not None:
+                            yield chunk
+                    if parser.done or self.guard.tripped:
+                        break
+        finally:
+            if reason is None:
+                # Ended early (guard, abort, error, listener gone): stop the LLM now, whatever
+                # wraps the generator (closing the iterator aborts too; a second abort is a no-op).
+                await generator.abort(request_id)
+        if reason == "length":
+            logger.warning(
+                f"{self.rid}: part {index} hit the runaway cap ({options.max_tokens} tokens) "
+                "for its text length; stopped it"
+            )
+
+    def _plan(self, delta: Any, parser: Any) -> list[Any]:
+        """Parse one delta of generated ids and plan the decodes it makes due."""
+        self.tokens += len(delta.token_ids)
+        codes = parser.feed(delta.token_ids)
+        if self.decoder is None and self._voice_ready(parser):
+            self.decoder = StreamDecoder(
+                self.codec, self.shared.stream_config, condition=self._condition(parser)
+            )
+        if not codes:
+            return []
+        if not self.first_code_at:
+            self.first_code_at = time.monotonic()
+        if self.guard.feed(codes):
+            logger.warning(
+                f"{self.rid}: generation is looping (period {self.guard.period} codes); "
+                "stopping this utterance"
+            )
+        return self.decoder.plan(codes, urgent=self._urgent())
+
+    def _urgent(self) -> bool:
+        """True when waiting for the next grown chunk would let the listener's buffer run dry.
+
+        The wait is estimated from this request's own generation rate; the margin is the
+        configured minimum buffer or twice the last decode time, whichever is larger.
+        """
+        if self.first_audio_at is None:
+            return False
+        now = time.monotonic()
+        return should_hurry(
+            buffered_s=self.samples / self.codec.sample_rate - (now - self.first_audio_at),
+            frames_until_due=self.decoder.frames_until_due,
+            frames_per_s=self.decoder.frames_received / max(now - self.first_code_at, 1e-6),
+            margin_s=max(self.config.min_buffer_s, 2.0 * self.last_decode_s),
+        )
+
+    async def abort(self) -> None:
+        """Stop this request: abort its LLM request now; its iterator then ends quietly."""
+        self.aborted = True
+        if self.llm_request_id is not None:
+            await self.shared.generator.abort(self.llm_request_id)
+
+    def _voice_ready(self, parser: Any) -> bool:
+        if self.fmt.family != "bicodec":
+            return True
+        if not parser.voice_ready:
+            return False
+        if self.pinned is None and self.voice.globals is None and parser.globals:
+            voiceprint = VoicePrint(tuple(parser.prefix), tuple(parser.globals))
+            self.pinned = voiceprint  # later parts of this request continue in this voice
+            if self.config.pin_voices:
+                self.shared.pinned.setdefault(self.voice.name, voiceprint)
+        return True
+
+    def _condition(self, parser: Any) -> tuple[int, ...] | None:
+        if self.fmt.family != "bicodec":
+            return None
+        if self.voice.globals is not None:
+            return self.voice.globals
+        return self.pinned.globals
+
+    async def _decode(self, job: Any) -> AudioChunk | None:
+        started = time.monotonic()
+        audio = await self.shared.batcher.decode(job.window)
+        self.last_decode_s = time.monotonic() - started
+        samples = self.decoder.accept(job, audio)
+        if len(samples) == 0:
+            return None
+        self.samples += len(samples)
+        if self.first_audio_at is None:
+            self.first_audio_at = time.monotonic()
+        return AudioChunk(to_pcm_bytes(samples), self.codec.sample_rate, self.tokens)
