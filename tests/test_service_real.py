@@ -192,7 +192,8 @@ async def test_settings_unknown_voice_and_empty_text(engine):
 
 
 class _FailingGenerator(RecordingGenerator):
-    """The real generator, with a fault injected after a few deltas of the first request."""
+    """The real generator, with a fault injected once ``fail_after`` tokens of the first request
+    have been generated (counted in tokens: vLLM merges deltas when the reader lags)."""
 
     def __init__(self, inner, fail_after: int) -> None:
         super().__init__(inner)
@@ -203,7 +204,7 @@ class _FailingGenerator(RecordingGenerator):
         count = 0
         async with aclosing(super().generate(prompt_ids, options, request_id)) as deltas:
             async for delta in deltas:
-                count += 1
+                count += len(delta.token_ids)
                 if not self.failed and count > self.fail_after:
                     self.failed = True
                     raise GenerationError("injected: the LLM request failed mid-utterance")
@@ -213,22 +214,23 @@ class _FailingGenerator(RecordingGenerator):
 async def test_engine_error_mid_utterance_then_next_utterance_plays(
     spark_tiny_checkpoint, spark_generator
 ):
-    failing = _FailingGenerator(spark_generator, fail_after=90)  # after the first audio
+    failing = _FailingGenerator(spark_generator, fail_after=120)  # first audio after ~55
     engine = VeenaEngine(
         EngineConfig(checkpoint=spark_tiny_checkpoint, warmup=False), generator=failing
     )
     await engine.start()
     try:
-        tts = VeenaTTSService(engine)
+        tts = VeenaTTSService(engine, seed=11)
         down, up = await run_test(
             tts,
             frames_to_send=[
-                TTSSpeakFrame("The first answer fails half way through its audio."),
+                TTSSpeakFrame("The first answer fails half way, long after its audio started."),
                 SleepFrame(0.5),
                 TTSSpeakFrame("The second answer plays."),
             ],
             pipeline_params=PipelineParams(audio_out_sample_rate=16000),
         )
+        assert failing.failed, "the first utterance ended before the fault"
         errors = [f for f in up if isinstance(f, ErrorFrame)]
         assert len(errors) == 1 and "failed mid-utterance" in errors[0].error
         contexts = [f.context_id for f in _audio(down)]
