@@ -25,8 +25,10 @@ from engine_fakes import FakeBiCodec, ScriptedGenerator, make_checkpoint, spark_
 
 from benchmarks._report import update_section  # noqa: E402
 from pipecat_veena.engine import EngineConfig, VeenaEngine  # noqa: E402
+from pipecat_veena.streaming import _DEFAULTS, StreamConfig  # noqa: E402
 
 IDS = spark_ids()
+BICODEC_STREAM = StreamConfig(**_DEFAULTS["BiCodecCodec"])
 
 
 class NullCodec(FakeBiCodec):
@@ -63,7 +65,13 @@ async def _generator_alone(semantics: int) -> tuple[float, int]:
 async def _engine_run(root: Path, semantics: int, text: str) -> tuple[float, int, float]:
     gen = ScriptedGenerator(_script(semantics), step=1)
     engine = VeenaEngine(
-        EngineConfig(checkpoint=root, warmup=False, pin_voices=False, max_part_chars=100_000),
+        EngineConfig(
+            checkpoint=root,
+            warmup=False,
+            pin_voices=False,
+            max_part_chars=100_000,
+            stream=BICODEC_STREAM,  # the schedule a BiCodec checkpoint gets
+        ),
         generator=gen,
         codec=NullCodec(),
     )

@@ -31,9 +31,10 @@ class EngineConfig:
         max_model_len: longest prompt plus generation.
         decode_max_batch: most windows decoded in one codec call.
         decode_max_wait_ms: how long a window may wait for others to batch with.
-        min_buffer_s: when the audio emitted ahead of real time falls below this, whatever is
-            ready is decoded at once instead of waiting for the next (growing) chunk: playback
-            stays gapless even when the LLM runs at less than twice real time.
+        min_buffer_s: the least audio to keep ahead of the listener: when waiting for the next
+            (grown) chunk would leave less, a chunk is decoded at once instead, so playback stays
+            gapless even when the LLM runs at less than twice real time (unless decoding itself
+            is the bottleneck, when growing chunks are cheaper).
         warmup: run one short utterance at start so the first call is not slow.
         log_requests: log each request at info level.
         generator_kwargs: further VllmGenerator arguments (dtype, kv_cache_memory_bytes, ...).
@@ -50,7 +51,7 @@ class EngineConfig:
     max_model_len: int = 4096
     decode_max_batch: int = 16
     decode_max_wait_ms: float = 2.0
-    min_buffer_s: float = 0.3
+    min_buffer_s: float = 0.05
     warmup: bool = True
     log_requests: bool = False
     generator_kwargs: dict[str, Any] = field(default_factory=dict)

@@ -114,6 +114,7 @@ class Utterance:
         self.first_audio_at: float | None = None
         self.first_code_at = 0.0
         self.last_decode_s = 0.0
+        self.last_chunk_s = 0.0
         self.llm_request_id: str | None = None
         self.started = time.perf_counter()
         self.guard = RepetitionGuard(
@@ -213,16 +214,19 @@ class Utterance:
         """True when waiting for the next grown chunk would let the listener's buffer run dry.
 
         The wait is estimated from this request's own generation rate; the margin is the
-        configured minimum buffer or twice the last decode time, whichever is larger.
+        configured minimum buffer or 1.5 times the last decode time, whichever is larger. When
+        decoding itself is the bottleneck (the last chunk took more than half its own duration
+        to decode, as with a large codec on CPU), smaller chunks would only cost more per frame:
+        then the chunks keep growing.
         """
-        if self.first_audio_at is None:
+        if self.first_audio_at is None or self.last_decode_s > 0.5 * self.last_chunk_s:
             return False
         now = time.monotonic()
         return should_hurry(
             buffered_s=self.samples / self.codec.sample_rate - (now - self.first_audio_at),
             frames_until_due=self.decoder.frames_until_due,
             frames_per_s=self.decoder.frames_received / max(now - self.first_code_at, 1e-6),
-            margin_s=max(self.config.min_buffer_s, 2.0 * self.last_decode_s),
+            margin_s=max(self.config.min_buffer_s, 1.5 * self.last_decode_s),
         )
 
     async def abort(self) -> None:
@@ -255,6 +259,7 @@ class Utterance:
         audio = await self.shared.batcher.decode(job.window)
         self.last_decode_s = time.monotonic() - started
         samples = self.decoder.accept(job, audio)
+        self.last_chunk_s = len(samples) / self.codec.sample_rate
         if len(samples) == 0:
             return None
         self.samples += len(samples)
