@@ -70,6 +70,7 @@ def _say(args: argparse.Namespace) -> int:
 
         logger.remove()
         logger.add(sys.stderr, level="WARNING")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     return asyncio.run(_say_async(args, checkpoint))
 
 

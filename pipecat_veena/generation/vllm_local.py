@@ -243,6 +243,12 @@ class VllmGenerator(TokenGenerator):
 
     async def shutdown(self) -> None:
         """Shut the engine and its processes down; idempotent."""
+        # Stop vLLM's output handler first: left running while EngineCore exits, it reports the
+        # exit as an engine failure (a spurious ERROR with a traceback).
+        handler = getattr(self._llm, "output_handler", None)
+        if handler is not None and not handler.done():
+            handler.cancel()
+            await asyncio.gather(handler, return_exceptions=True)
         await asyncio.to_thread(self.shutdown_sync)
 
     def shutdown_sync(self) -> None:
