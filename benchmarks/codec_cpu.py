@@ -38,16 +38,7 @@ COMMAND = ".venv/bin/python -m benchmarks.codec_cpu"
 RIGHT_CONTEXTS = (0, 4, 8, 16, 32, 67)
 EMIT = 25  # tokens emitted per window in the window-error curve
 
-_RSS_PROBE = """
-import sys
-from pipecat_veena.codecs.bicodec import BiCodecDecoder
-def peak_rss():  # VmHWM: this process's peak RSS (ru_maxrss would include the parent's, via exec)
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM"))
-before = peak_rss()
-model = BiCodecDecoder.from_pretrained(sys.argv[1])
-print(peak_rss() - before, sum(p.numel() * p.element_size() for p in model.parameters()))
-"""
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _tokens(batch: int, steps: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,7 +143,8 @@ def main() -> None:
         write_random_checkpoint(root / "real" / "BiCodec", "real")
         write_s = time.perf_counter() - start
         probe = subprocess.run(
-            [sys.executable, "-c", _RSS_PROBE, str(root / "real")],
+            [sys.executable, "-m", "benchmarks.load_rss", str(root / "real")],
+            cwd=ROOT,
             capture_output=True,
             text=True,
             check=True,

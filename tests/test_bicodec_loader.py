@@ -222,16 +222,7 @@ def test_random_weights_are_audible_not_clipped(tiny_dir: Path) -> None:
     assert float((wav.abs() > 0.99).float().mean()) < 0.01  # not a tanh-saturated square wave
 
 
-_RSS_PROBE = """
-import sys
-from pipecat_veena.codecs.bicodec import BiCodecDecoder
-def peak_rss():  # VmHWM: this process's peak RSS (ru_maxrss would include the parent's, via exec)
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM"))
-before = peak_rss()
-model = BiCodecDecoder.from_pretrained(sys.argv[1])
-print(peak_rss() - before, sum(p.numel() * p.element_size() for p in model.parameters()))
-"""
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
@@ -243,7 +234,8 @@ def test_real_config_loads_without_a_second_copy(tmp_path: Path) -> None:
     """
     write_random_checkpoint(tmp_path / "BiCodec", "real")
     out = subprocess.run(
-        [sys.executable, "-c", _RSS_PROBE, str(tmp_path)],
+        [sys.executable, "-m", "benchmarks.load_rss", str(tmp_path)],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
