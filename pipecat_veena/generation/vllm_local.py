@@ -72,7 +72,8 @@ class VllmGenerator(TokenGenerator):
         kv_cache_memory_bytes: KV cache size; None lets vLLM size it on GPU and uses 512 MiB on CPU.
         gpu_memory_utilization: GPU share vLLM may take (the codec needs the rest).
         enforce_eager: None means True on CPU (torch.compile costs ~30 s there) and False on GPU.
-        seed: engine seed.
+        seed: vLLM's engine seed (an int). Requests with their own seed are reproducible
+            whatever it is.
         engine_kwargs: further ``AsyncEngineArgs`` fields, passed through unchanged.
     """
 
