@@ -22,7 +22,7 @@ from loguru import logger
 from pipecat_veena.checkpoint import detect_layout
 from pipecat_veena.codecs.base import AudioCodec
 from pipecat_veena.config import EngineConfig
-from pipecat_veena.errors import EngineNotRunningError
+from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
 from pipecat_veena.formats import ModelFormat, VoicePrint, load_format, load_tokenizer
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.streaming import StreamConfig
@@ -207,8 +207,6 @@ class VeenaEngine:
                 "loop: start the engine in the loop that serves the calls"
             )
         if not self._generator.is_running:
-            from pipecat_veena.errors import EngineDeadError
-
             raise EngineDeadError(f"{self}: the LLM backend is not running (it died or stopped)")
 
     def sampling(self, **overrides: Any) -> SamplingOptions:

@@ -22,7 +22,7 @@ from torch import Tensor
 from pipecat_veena.codecs.bicodec.config import BiCodecConfig
 from pipecat_veena.codecs.bicodec.loader import CONFIG_FILE, WEIGHTS_FILE
 from pipecat_veena.codecs.bicodec.model import BiCodecDecoder
-from pipecat_veena.codecs.bicodec.modules import FoldedConv1d, FoldedConvTranspose1d
+from pipecat_veena.codecs.bicodec.modules import FoldedConvTranspose1d, official_parameters
 
 #: The official ``audio_tokenizer`` block of Spark-TTS-0.5B ``BiCodec/config.yaml``.
 REAL_CONFIG: dict[str, Any] = {
@@ -137,41 +137,38 @@ def _decode_tensors(model: BiCodecDecoder, gen: torch.Generator) -> Iterator[tup
     def randn(*shape: int) -> Tensor:
         return torch.randn(shape, generator=gen)
 
-    for module_name, module in model.named_modules():
-        prefix = f"{module_name}." if module_name else ""
-        folded = isinstance(module, FoldedConv1d | FoldedConvTranspose1d)
-        for name, param in module.named_parameters(recurse=False):
-            shape, key = tuple(param.shape), prefix + name
-            if folded and name == "weight":
-                transposed = isinstance(module, FoldedConvTranspose1d)
-                v = randn(*shape)
-                gain = 1.0
-                if module_name.endswith("block.3"):
-                    gain = _RESIDUAL_GAIN
-                elif module is model.decoder.model[-2]:
-                    gain = _OUTPUT_GAIN
-                stride = module.stride[0]
-                norm_dims = list(range(1, v.dim()))
-                scale = gain / math.sqrt(_fan_in(shape, transposed, stride))
-                # g such that g * v / ||v|| == scale * v, times a per-channel jitter
-                g = torch.linalg.vector_norm(v, dim=norm_dims, keepdim=True) * scale
-                g = g * (1 + 0.1 * randn(*g.shape))
-                yield prefix + "weight_g", g
-                yield prefix + "weight_v", v
-            elif name == "alpha":
-                yield key, 0.5 + torch.rand(shape, generator=gen)
-            elif name == "gamma":
-                yield key, _LAYER_SCALE * (1 + 0.1 * randn(*shape))
-            elif key.endswith(("scale.bias", "norm.weight", "final_layer_norm.weight")):
-                yield key, 1 + 0.1 * randn(*shape)
-            elif name == "bias" or param.dim() == 1:
-                yield key, _OFFSET_STD * randn(*shape)
-            elif key.endswith(("scale.weight", "shift.weight")):
-                yield key, 0.3 * randn(*shape) / math.sqrt(shape[1])
-            elif key == "quantizer.codebook.weight":
-                yield key, randn(*shape)
-            else:
-                yield key, randn(*shape) / math.sqrt(_fan_in(shape, False, 1))
+    for prefix, name, module, param, folded in official_parameters(model):
+        shape, key = tuple(param.shape), prefix + name
+        if folded:
+            transposed = isinstance(module, FoldedConvTranspose1d)
+            v = randn(*shape)
+            gain = 1.0
+            if prefix.endswith("block.3."):
+                gain = _RESIDUAL_GAIN
+            elif module is model.decoder.model[-2]:
+                gain = _OUTPUT_GAIN
+            stride = module.stride[0]
+            norm_dims = list(range(1, v.dim()))
+            scale = gain / math.sqrt(_fan_in(shape, transposed, stride))
+            # g such that g * v / ||v|| == scale * v, times a per-channel jitter
+            g = torch.linalg.vector_norm(v, dim=norm_dims, keepdim=True) * scale
+            g = g * (1 + 0.1 * randn(*g.shape))
+            yield prefix + "weight_g", g
+            yield prefix + "weight_v", v
+        elif name == "alpha":
+            yield key, 0.5 + torch.rand(shape, generator=gen)
+        elif name == "gamma":
+            yield key, _LAYER_SCALE * (1 + 0.1 * randn(*shape))
+        elif key.endswith(("scale.bias", "norm.weight", "final_layer_norm.weight")):
+            yield key, 1 + 0.1 * randn(*shape)
+        elif name == "bias" or param.dim() == 1:
+            yield key, _OFFSET_STD * randn(*shape)
+        elif key.endswith(("scale.weight", "shift.weight")):
+            yield key, 0.3 * randn(*shape) / math.sqrt(shape[1])
+        elif key == "quantizer.codebook.weight":
+            yield key, randn(*shape)
+        else:
+            yield key, randn(*shape) / math.sqrt(_fan_in(shape, False, 1))
 
 
 def _encode_only_tensors(cfg: dict[str, Any], gen: torch.Generator) -> dict[str, Tensor]:

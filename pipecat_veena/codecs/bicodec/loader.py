@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from pipecat_veena.codecs.bicodec.config import BiCodecConfig
 from pipecat_veena.codecs.bicodec.model import BiCodecDecoder
-from pipecat_veena.codecs.bicodec.modules import FoldedConv1d, FoldedConvTranspose1d
+from pipecat_veena.codecs.bicodec.modules import official_parameters
 from pipecat_veena.codecs.bicodec.tensorfile import TensorFile
 from pipecat_veena.errors import CheckpointError
 
@@ -118,15 +118,12 @@ class _Reader:
 def _tensor_sources(model: nn.Module, reader: _Reader) -> list[tuple[Tensor, Callable[[], Tensor]]]:
     """Pair every parameter of ``model`` with a function that reads its value from the file."""
     sources = []
-    for module_name, module in model.named_modules():
-        prefix = f"{module_name}." if module_name else ""
-        folded = isinstance(module, FoldedConv1d | FoldedConvTranspose1d)
-        for name, param in module.named_parameters(recurse=False):
-            shape, key = tuple(param.shape), prefix + name
-            if folded and name == "weight":
-                sources.append((param, lambda p=prefix, s=shape: reader.conv_weight(p, s)))
-            else:
-                sources.append((param, lambda k=key, s=shape: reader.get(k, s)))
+    for prefix, name, _, param, folded in official_parameters(model):
+        shape = tuple(param.shape)
+        if folded:
+            sources.append((param, lambda p=prefix, s=shape: reader.conv_weight(p, s)))
+        else:
+            sources.append((param, lambda k=prefix + name, s=shape: reader.get(k, s)))
     return sources
 
 

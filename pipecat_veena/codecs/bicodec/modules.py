@@ -10,6 +10,8 @@ classes :class:`FoldedConv1d` / :class:`FoldedConvTranspose1d` mark them for the
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -66,6 +68,22 @@ class FoldedConvTranspose1d(nn.ConvTranspose1d):
             padding=(0, self.padding[0]),
             groups=self.groups,
         )
+
+
+def official_parameters(
+    model: nn.Module,
+) -> Iterator[tuple[str, str, nn.Module, nn.Parameter, bool]]:
+    """Walk ``model``'s parameters as the official checkpoint names them, in a fixed order.
+
+    Yields:
+        (key prefix, parameter name, owning module, parameter, folded): ``folded`` is True for
+        the weight of a weight-normed conv, stored as ``weight_g`` / ``weight_v`` in the file.
+    """
+    for module_name, module in model.named_modules():
+        prefix = f"{module_name}." if module_name else ""
+        folded = isinstance(module, FoldedConv1d | FoldedConvTranspose1d)
+        for name, param in module.named_parameters(recurse=False):
+            yield prefix, name, module, param, folded and name == "weight"
 
 
 def masked(x: Tensor, mask: Tensor | None) -> Tensor:
