@@ -1,0 +1,70 @@
+"""SpeechEngine: the one interface the framework adapters (Pipecat, LiveKit, the server) speak to.
+
+Three engines implement it: ``VeenaEngine`` (in-process vLLM and codec), ``EngineThread`` (a
+VeenaEngine on a thread and loop of its own) and ``RemoteVeenaEngine`` (a ``pipecat-veena
+serve`` server over a WebSocket). Adapters type against this Protocol, never a concrete engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol, runtime_checkable
+
+from pipecat_veena.utterance import AudioChunk
+
+__all__ = ["AudioChunk", "SpeechEngine"]
+
+
+@runtime_checkable
+class SpeechEngine(Protocol):
+    """Text in, streamed int16 PCM chunks out; shared by every call of a process."""
+
+    @property
+    def model_name(self) -> str:
+        """A short name of the loaded model (the checkpoint directory's name)."""
+        ...
+
+    @property
+    def is_running(self) -> bool:
+        """True while the engine can serve requests."""
+        ...
+
+    @property
+    def sample_rate(self) -> int:
+        """Rate of the emitted audio in Hz (the codec's: 16 kHz BiCodec, 24 kHz SNAC)."""
+        ...
+
+    @property
+    def voices(self) -> list[str]:
+        """Voice names of the loaded model, default first."""
+        ...
+
+    async def start(self) -> None:
+        """Load or connect; idempotent, and safe to call from several tasks at once."""
+        ...
+
+    async def shutdown(self) -> None:
+        """Release everything the engine holds; idempotent."""
+        ...
+
+    def stream(
+        self, text: str, voice: str | None = None, *, request_id: str | None = None, **options: Any
+    ) -> AsyncIterator[AudioChunk]:
+        """Speak ``text``: int16 chunks as they are decoded; closing the iterator aborts it."""
+        ...
+
+    async def abort(self, request_id: str) -> int:
+        """Stop the in-flight streams started with ``request_id``; returns how many."""
+        ...
+
+    def check_voice(self, voice: str | None) -> str:
+        """Canonical name of ``voice`` (None: the default); raises UnknownVoiceError."""
+        ...
+
+    def check_options(self, **options: Any) -> None:
+        """Raise ValueError naming the problem when request options cannot work."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Live counters (active streams, unfinished LLM requests, decode batching, ...)."""
+        ...
