@@ -149,6 +149,11 @@ class VeenaEngine:
         return self._running and self._generator is not None and self._generator.is_running
 
     @property
+    def model_name(self) -> str:
+        """The checkpoint directory's name."""
+        return Path(self.config.checkpoint).name
+
+    @property
     def voices(self) -> list[str]:
         """Voice names of the loaded checkpoint (default first)."""
         return self._require_format().voices.names
@@ -222,6 +227,13 @@ class VeenaEngine:
             )
         given = {k: v for k, v in overrides.items() if v is not None}
         return replace(self._require_format().default_sampling, **given)
+
+    def check_options(self, **options: Any) -> None:
+        """Raise ValueError naming the problem when request options cannot work."""
+        max_tokens = options.pop("max_tokens", None)
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        self.sampling(**options)
 
     # -- streaming -------------------------------------------------------------------------
     async def stream(

@@ -85,6 +85,11 @@ class EngineThread:
         return self.engine.config
 
     @property
+    def model_name(self) -> str:
+        """The hosted engine's checkpoint name."""
+        return self.engine.model_name
+
+    @property
     def is_running(self) -> bool:
         """True while the hosted engine serves."""
         return self._thread.is_alive() and self.engine.is_running
@@ -106,6 +111,10 @@ class EngineThread:
     def sampling(self, **overrides: Any) -> Any:
         """The family's default sampling with ``overrides`` (raises ValueError)."""
         return self.engine.sampling(**overrides)
+
+    def check_options(self, **options: Any) -> None:
+        """Raise ValueError when request options cannot work."""
+        self.engine.check_options(**options)
 
     def stats(self) -> dict[str, Any]:
         """The engine's live counters, read in its own loop."""
