@@ -27,6 +27,10 @@ class EngineConfig:
             the checkpoint's ``max_part_chars`` from voices.json, else 220).
         pin_voices: reuse each voice's first generated globals for every later utterance of
             that voice (no drift between sentences, and fewer tokens before first audio).
+        constrain_grammar: hold every generated token to the codec grammar (the LLM backend
+            masks the ids the grammar forbids at each step), so no model, however trained or
+            sampled, can produce a malformed stream. Off: the stream parser still rejects a
+            malformed stream with a clear error.
         max_num_seqs: most concurrent generation requests in vLLM.
         max_model_len: longest prompt plus generation.
         decode_max_batch: most windows decoded in one codec call.
@@ -47,6 +51,7 @@ class EngineConfig:
     calibrate_seams_db: float | None = None
     max_part_chars: int | None = None
     pin_voices: bool = True
+    constrain_grammar: bool = True
     max_num_seqs: int = 64
     max_model_len: int = 4096
     decode_max_batch: int = 16

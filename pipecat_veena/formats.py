@@ -15,6 +15,7 @@ from typing import Any
 from pipecat_veena.checkpoint import CheckpointLayout
 from pipecat_veena.errors import TokenizerError
 from pipecat_veena.generation import SamplingOptions
+from pipecat_veena.grammar import BiCodecGrammar, Grammar, SnacGrammar
 from pipecat_veena.prompts import SparkPrompts, TextEncoder, VeenaPrompts, Voice
 from pipecat_veena.text import max_speech_seconds
 from pipecat_veena.tokens import BiCodecIds, BiCodecParser, SnacIds, SnacParser
@@ -77,12 +78,29 @@ class ModelFormat:
         """(min_tokens, max_tokens) for a part: max is the runaway cap derived from the text."""
         raise NotImplementedError
 
+    def grammar(self, voice: Voice, *, prefilled: bool) -> Grammar:
+        """The grammar a part's generated ids must follow, from where its prompt ends."""
+        raise NotImplementedError
+
     def options(
-        self, base: SamplingOptions, text: str, *, prefilled: bool, rate: float
+        self,
+        base: SamplingOptions,
+        text: str,
+        voice: Voice,
+        *,
+        prefilled: bool,
+        rate: float,
+        constrain: bool = True,
     ) -> SamplingOptions:
-        """Per-part sampling options: the caller's, with this family's stops and token budget."""
+        """Per-part sampling options: the caller's, with stops, token budget and grammar.
+
+        The grammar is set only when ``constrain`` is True.
+        """
         low, high = self.budget(text, prefilled=prefilled, tokens_per_second=rate)
-        return replace(base, min_tokens=low, max_tokens=high, stop_token_ids=self.stop_ids)
+        grammar = self.grammar(voice, prefilled=prefilled) if constrain else None
+        return replace(
+            base, min_tokens=low, max_tokens=high, stop_token_ids=self.stop_ids, grammar=grammar
+        )
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
@@ -110,6 +128,29 @@ class BiCodecFormat(ModelFormat):
     def parser(self, *, prefilled: bool) -> BiCodecParser:
         """A parser expecting the voice prefix unless it is prefilled."""
         return BiCodecParser(self.ids, self.num_globals, prefilled=prefilled)
+
+    def grammar(self, voice: Voice, *, prefilled: bool) -> BiCodecGrammar:
+        """The BiCodec grammar from where the prompt leaves the model.
+
+        Semantics only after a filled-in voice; globals first after a template prompt; a free
+        acoustic block first after a controllable prompt.
+        """
+        ids = self.ids
+        start = "semantic" if prefilled else "globals" if voice.speaker is not None else "free"
+        return BiCodecGrammar(
+            global_base=ids.global_base,
+            num_global_codes=ids.num_global_codes,
+            semantic_base=ids.semantic_base,
+            num_semantic_codes=ids.num_semantic_codes,
+            num_globals=self.num_globals,
+            start_global=ids.marker("start_global_token"),
+            end_global=ids.marker("end_global_token"),
+            start_semantic=ids.marker("start_semantic_token"),
+            stops=self.stop_ids,
+            # the free block plus the three markers fit in the prefix allowance of the budget
+            free_allowance=_PREFIX_MARKER_ALLOWANCE - 3,
+            start=start,
+        )
 
     def budget(self, text: str, *, prefilled: bool, tokens_per_second: float) -> tuple[int, int]:
         """Room for the voice prefix (unless prefilled) plus the runaway cap of semantics."""
@@ -143,6 +184,11 @@ class SnacFormat(ModelFormat):
     def parser(self, *, prefilled: bool) -> SnacParser:
         """A parser of slot-ordered SNAC codes."""
         return SnacParser(self.ids)
+
+    def grammar(self, voice: Voice, *, prefilled: bool) -> SnacGrammar:
+        """Whole frames in slot order (the prompt ends with START_OF_SPEECH)."""
+        ids = self.ids
+        return SnacGrammar(ids.audio_base, ids.codebook_size, ids.slots, self.stop_ids)
 
     def budget(self, text: str, *, prefilled: bool, tokens_per_second: float) -> tuple[int, int]:
         """At least one frame; at most the runaway cap, in whole frames."""

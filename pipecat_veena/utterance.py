@@ -153,7 +153,14 @@ class Utterance:
         fmt = self.fmt
         prefilled = self.pinned is not None or self.voice.globals is not None
         prompt = fmt.prompt(text, self.voice, self.pinned)
-        options = fmt.options(self.options, text, prefilled=prefilled, rate=self.rate)
+        options = fmt.options(
+            self.options,
+            text,
+            self.voice,
+            prefilled=prefilled,
+            rate=self.rate,
+            constrain=self.config.constrain_grammar,
+        )
         room = self.config.max_model_len - len(prompt)
         cap = min(options.max_tokens, room, self.max_tokens or room)
         options = replace(

@@ -139,6 +139,8 @@ class VllmGenerator(TokenGenerator):
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from pipecat_veena.generation.vllm_grammar import GrammarLogitsProcessor
+
         dtype = self._dtype
         if dtype == "auto":
             dtype = "float32" if on_cpu else "bfloat16"
@@ -155,6 +157,8 @@ class VllmGenerator(TokenGenerator):
             skip_tokenizer_init=True,
             disable_log_stats=True,
             seed=self._seed,
+            # Holds each request that asks for it to its codec grammar (SamplingOptions.grammar).
+            logits_processors=[GrammarLogitsProcessor],
         )
         if kv_bytes is not None:
             args["kv_cache_memory_bytes"] = kv_bytes
@@ -175,6 +179,8 @@ class VllmGenerator(TokenGenerator):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
+        from pipecat_veena.generation.vllm_grammar import EXTRA_ARGS_KEY
+
         return SamplingParams(
             temperature=options.temperature,
             top_k=options.top_k if options.top_k > 0 else -1,
@@ -187,6 +193,7 @@ class VllmGenerator(TokenGenerator):
             detokenize=False,
             skip_special_tokens=False,
             output_kind=RequestOutputKind.DELTA,
+            extra_args={EXTRA_ARGS_KEY: options.grammar.to_spec()} if options.grammar else None,
         )
 
     async def generate(
