@@ -10,6 +10,7 @@ LiveKit plugin all sit on top of ``stream()``.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -23,7 +24,7 @@ from pipecat_veena.checkpoint import detect_layout
 from pipecat_veena.codecs.base import AudioCodec
 from pipecat_veena.config import EngineConfig
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
-from pipecat_veena.formats import ModelFormat, VoicePrint, load_format, load_tokenizer
+from pipecat_veena.formats import ModelFormat, load_format, load_tokenizer
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.streaming import StreamConfig
 from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, split_text
@@ -61,9 +62,9 @@ class VeenaEngine:
         self._format: ModelFormat | None = None
         self._batcher: Any = None
         self._stream_config: StreamConfig | None = None
-        self._pinned: dict[str, VoicePrint] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running = False
+        self._starting: asyncio.Future[None] | None = None
         self._parts: EngineParts | None = None
         self._inflight: dict[str, Utterance] = {}
         self._requests = 0
@@ -73,59 +74,101 @@ class VeenaEngine:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
-        """Load tokenizer, codec and LLM, then warm up; idempotent."""
+        """Load tokenizer, codec and LLM, then warm up; idempotent.
+
+        Concurrent callers share one start (a LiveKit worker prewarms every session's TTS);
+        a caller cancelled while waiting does not cancel it for the others. A start that fails
+        releases everything it started before raising; ``start()`` may then be called again,
+        as it may after ``shutdown()``.
+        """
         if self._running:
             return
+        if self._starting is None or self._starting.done():
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+
+    async def _start(self) -> None:
         from pipecat_veena.codecs.batching import DecodeBatcher
 
         cfg = self.config
-        layout = detect_layout(cfg.checkpoint)
-        if self._codec is None:
-            self._codec = await asyncio.to_thread(load_codec, layout, cfg)
-        tokenizer = await asyncio.to_thread(load_tokenizer, layout.llm_dir)
-        self._format = load_format(layout, tokenizer, self._codec.condition_size)
-        self._stream_config = cfg.stream or StreamConfig.for_codec(self._codec)
-        if cfg.calibrate_seams_db is not None:
-            from pipecat_veena.calibrate import calibrate_lookahead
+        try:
+            layout = detect_layout(cfg.checkpoint)
+            if self._codec is None:
+                self._codec = await asyncio.to_thread(load_codec, layout, cfg)
+            tokenizer = await asyncio.to_thread(load_tokenizer, layout.llm_dir)
+            pinned = self._format.voices.pinned if self._format else {}  # kept over a restart
+            self._format = load_format(layout, tokenizer, self._codec.condition_size)
+            self._format.voices.pinned.update(pinned)
+            if cfg.voices_file is not None:
+                self.load_voices(cfg.voices_file)
+            self._stream_config = await self._stream_settings()
+            if self._generator is None:
+                from pipecat_veena.generation.vllm_local import VllmGenerator
 
-            self._stream_config = await asyncio.to_thread(
-                calibrate_lookahead, self._codec, cfg.calibrate_seams_db, self._stream_config
+                self._generator = VllmGenerator(
+                    layout.llm_dir,
+                    max_model_len=cfg.max_model_len,
+                    max_num_seqs=cfg.max_num_seqs,
+                    **cfg.generator_kwargs,
+                )
+            await self._generator.start()
+            self._batcher = DecodeBatcher(
+                self._codec, max_batch=cfg.decode_max_batch, max_wait_ms=cfg.decode_max_wait_ms
             )
-            logger.info(
-                f"{self}: lookahead {self._stream_config.lookahead_frames} frames reaches "
-                f"{cfg.calibrate_seams_db} dB seams on these weights"
+            self._parts = EngineParts(
+                config=cfg,
+                fmt=self._format,
+                codec=self._codec,
+                generator=self._generator,
+                batcher=self._batcher,
+                stream_config=self._stream_config,
             )
-        if self._generator is None:
-            from pipecat_veena.generation.vllm_local import VllmGenerator
+            self._loop = asyncio.get_running_loop()
+            self._running = True
+            logger.debug(f"{self}: started ({layout.family}, {self._codec.sample_rate} Hz)")
+            if cfg.warmup:
+                # A fixed seed: every replica of a checkpoint pins the same default voice.
+                async for _ in self.stream("Hello.", request_id="warmup", seed=cfg.warmup_seed):
+                    pass
+        except BaseException as e:
+            logger.error(f"{self}: start failed ({type(e).__name__}: {e}); releasing what started")
+            await self._release()
+            raise
 
-            self._generator = VllmGenerator(
-                layout.llm_dir,
-                max_model_len=cfg.max_model_len,
-                max_num_seqs=cfg.max_num_seqs,
-                **cfg.generator_kwargs,
-            )
-        await self._generator.start()
-        self._batcher = DecodeBatcher(
-            self._codec, max_batch=cfg.decode_max_batch, max_wait_ms=cfg.decode_max_wait_ms
+    async def _stream_settings(self) -> StreamConfig:
+        cfg = self.config
+        stream = cfg.stream or StreamConfig.for_codec(self._codec)
+        if cfg.calibrate_seams_db is None:
+            return stream
+        from pipecat_veena.calibrate import calibrate_lookahead
+
+        stream = await asyncio.to_thread(
+            calibrate_lookahead, self._codec, cfg.calibrate_seams_db, stream
         )
-        self._parts = EngineParts(
-            config=cfg,
-            fmt=self._format,
-            codec=self._codec,
-            generator=self._generator,
-            batcher=self._batcher,
-            stream_config=self._stream_config,
-            pinned=self._pinned,
+        logger.info(
+            f"{self}: lookahead {stream.lookahead_frames} frames reaches "
+            f"{cfg.calibrate_seams_db} dB seams on these weights"
         )
-        self._loop = asyncio.get_running_loop()
-        self._running = True
-        logger.debug(f"{self}: started ({layout.family}, {self._codec.sample_rate} Hz)")
-        if cfg.warmup:
-            async for _ in self.stream("Hello.", request_id="warmup"):
-                pass
+        return stream
 
     async def shutdown(self) -> None:
-        """Stop serving and release the LLM (when owned) and the decode thread; idempotent."""
+        """Stop serving and release the LLM (when owned) and the decode thread; idempotent.
+
+        Streams still in flight end with ``EngineNotRunningError`` ("the engine shut down"),
+        their LLM requests aborted. ``start()`` may be called again afterwards.
+        """
+        self._running = False
+        error = EngineNotRunningError(
+            f"{self} shut down while this utterance was in flight: start the engine again "
+            "(or use another one) for new requests"
+        )
+        for request in list(getattr(self, "_inflight", {}).values()):
+            await request.abort(error)
+        await self._release()
+        logger.debug(f"{self}: shut down")
+
+    async def _release(self) -> None:
+        """Close the batcher and the owned generator (safe on a half-built engine)."""
         self._running = False
         batcher, self._batcher = getattr(self, "_batcher", None), None
         if batcher is not None:
@@ -133,7 +176,7 @@ class VeenaEngine:
         generator = getattr(self, "_generator", None)
         if generator is not None and self._owns_generator:
             await generator.shutdown()
-        logger.debug(f"{self}: shut down")
+            self._generator = None  # a restart builds a fresh one (a vLLM engine is one-shot)
 
     async def __aenter__(self) -> VeenaEngine:
         await self.start()
@@ -180,11 +223,41 @@ class VeenaEngine:
         return self._require_format().voices.resolve(voice).name
 
     def register_voice(self, name: str, global_codes: list[int]) -> None:
-        """Add a BiCodec voice given by its 32 global codes (a cloned or pinned voice)."""
+        """Add a BiCodec voice given by its 32 global codes (a cloned voice)."""
         fmt = self._require_format()
         if fmt.family != "bicodec":
             raise ValueError("only BiCodec checkpoints take voices given by global codes")
         fmt.voices.register(name, global_codes)
+
+    def export_voices(self, path: str | Path | None = None) -> dict[str, Any]:
+        """The pinned voice prints (to load in another process); written to ``path`` if given.
+
+        Every replica that loads the file (``EngineConfig(voices_file=...)`` or
+        ``load_voices``) speaks each pinned voice exactly as this one does.
+        """
+        data = self._require_format().voices.export_prints(self.model_name)
+        if path is not None:
+            Path(path).write_text(json.dumps(data, indent=1), encoding="utf-8")
+        return data
+
+    def load_voices(self, source: str | Path | dict[str, Any]) -> list[str]:
+        """Pin the voice prints of an exported file (or dict); returns the voices pinned.
+
+        Raises:
+            ValueError: a malformed file, an unknown voice, or a prefix this model's grammar
+                rejects (e.g. a file exported from another model).
+        """
+        fmt = self._require_format()
+        if isinstance(source, dict):
+            data = source
+        else:
+            try:
+                data = json.loads(Path(source).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise ValueError(f"cannot read voice prints from {source}: {e}") from e
+        names = fmt.voices.load_prints(data, fmt.voice_prefix_globals)
+        logger.info(f"{self}: pinned voice(s) {', '.join(names) or '(none)'} from a file")
+        return names
 
     def stats(self) -> dict[str, Any]:
         """Live counters: active streams, vLLM's unfinished requests, decode batching."""
@@ -195,7 +268,7 @@ class VeenaEngine:
             "decode_batch_mean": batch.get("mean_batch_size", 0.0),
             "decode_batches": batch.get("batches", 0),
             "requests": self._requests,
-            "pinned_voices": sorted(self._pinned),
+            "pinned_voices": sorted(self._format.voices.pinned) if self._format else [],
         }
 
     def _require_format(self) -> ModelFormat:
