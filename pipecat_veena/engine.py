@@ -202,6 +202,11 @@ class VeenaEngine:
         return self._require_format().voices.names
 
     @property
+    def emotion_tags(self) -> tuple[str, ...]:
+        """Inline tags the model understands (e.g. ``<laugh>``), as the checkpoint declares."""
+        return self._require_format().voices.emotion_tags
+
+    @property
     def default_voice(self) -> str:
         """The voice used when a request names none."""
         return self._require_format().voices.default

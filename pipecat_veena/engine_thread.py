@@ -118,6 +118,11 @@ class EngineThread:
         """Voice names of the loaded checkpoint."""
         return self.engine.voices
 
+    @property
+    def emotion_tags(self) -> tuple[str, ...]:
+        """Inline tags the hosted model understands."""
+        return self.engine.emotion_tags
+
     def check_voice(self, voice: str | None) -> str:
         """Canonical name of ``voice`` (raises UnknownVoiceError)."""
         return self.engine.check_voice(voice)

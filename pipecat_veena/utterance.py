@@ -37,11 +37,13 @@ class AudioChunk:
         pcm: mono little-endian int16 samples.
         sample_rate: their rate (the codec's: 16 kHz BiCodec, 24 kHz SNAC).
         tokens: LLM tokens generated in the request up to this chunk.
+        prompt_tokens: prompt tokens of the request's LLM calls up to this chunk.
     """
 
     pcm: bytes
     sample_rate: int
     tokens: int
+    prompt_tokens: int = 0
 
     @property
     def num_samples(self) -> int:
@@ -111,6 +113,7 @@ class Utterance:
         self.captured = False
         self.capped = False
         self.tokens = 0
+        self.prompt_tokens = 0
         self.samples = 0
         self.aborted = False
         self.error: Exception | None = None
@@ -160,6 +163,7 @@ class Utterance:
         fmt = self.fmt
         prefilled = self.voiceprint is not None or self.voice.globals is not None
         prompt = fmt.prompt(text, self.voice, self.voiceprint)
+        self.prompt_tokens += len(prompt)
         options = fmt.options(
             self.options,
             text,
@@ -285,4 +289,6 @@ class Utterance:
         self.samples += len(samples)
         if self.first_audio_at is None:
             self.first_audio_at = time.monotonic()
-        return AudioChunk(to_pcm_bytes(samples), self.codec.sample_rate, self.tokens)
+        return AudioChunk(
+            to_pcm_bytes(samples), self.codec.sample_rate, self.tokens, self.prompt_tokens
+        )
