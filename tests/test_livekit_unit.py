@@ -42,8 +42,9 @@ class FakeEngine:
     """A fake VeenaEngine for fault injection: speaks ``chunks`` pieces of a 220 Hz tone.
 
     The first ``failures`` requests raise ``error`` just before chunk ``fail_at`` (0: before any
-    audio), or hang before chunk ``stall_at``. ``delay`` is the wait before each chunk. Open requests are tracked so tests can see
-    that closing a stream closed the engine stream (``stats()`` counts them).
+    audio), or hang before chunk ``stall_at``. ``delay`` is the wait before each chunk. Open
+    requests are tracked so tests can see that closing a stream closed the engine stream
+    (``stats()`` counts them).
     """
 
     voices = ["female", "male"]
