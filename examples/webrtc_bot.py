@@ -159,16 +159,16 @@ def create_app(
 ) -> FastAPI:
     """The web app: the two pages, ``POST /start`` and the WebRTC offer endpoints.
 
+    The prebuilt client (2.5) posts to ``/start`` (answered with a session id), then sends its
+    SDP offer (POST) and ICE candidates (PATCH) to ``/sessions/{id}/api/offer``. ``/api/offer``
+    takes the same requests without a session, as ``/local`` and Pipecat's other clients send
+    them. No ICE servers are configured: host candidates only, nothing outside is contacted.
+
     Args:
         checkpoint: the checkpoint directory the engine loads (in the app's lifespan).
         voice: the voice every connection speaks with (None: the checkpoint's default).
         greeting: said when a browser connects ("": nothing).
         answer: said after each spoken user turn ("": nothing).
-
-    The prebuilt client (2.5) posts to ``/start`` (answered with a session id), then sends its
-    SDP offer (POST) and ICE candidates (PATCH) to ``/sessions/{id}/api/offer``. ``/api/offer``
-    takes the same requests without a session, as Pipecat's other clients send them. No ICE
-    servers are configured: host candidates only, so nothing outside this machine is contacted.
     """
     handler = SmallWebRTCRequestHandler()
     bots: set[asyncio.Task] = set()
@@ -189,6 +189,11 @@ def create_app(
             await asyncio.gather(*bots, return_exceptions=True)
             await engine.shutdown()
 
+    def _bot_done(task: asyncio.Task) -> None:
+        bots.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.opt(exception=task.exception()).error("a WebRTC bot session failed")
+
     app = FastAPI(lifespan=lifespan)
 
     @app.post("/start")
@@ -206,7 +211,7 @@ def create_app(
                 run_bot(connection, app.state.engine, voice=voice, greeting=greeting, answer=answer)
             )
             bots.add(task)
-            task.add_done_callback(bots.discard)
+            task.add_done_callback(_bot_done)
 
         sdp_answer = await handler.handle_web_request(request, start_bot)
         if sdp_answer is None:
