@@ -130,3 +130,12 @@ async def veena_generator(veena_checkpoint: Path) -> AsyncIterator:
     pytest.importorskip("vllm")
     async for generator in _started_generator(veena_checkpoint):
         yield generator
+
+
+@pytest_asyncio.fixture(scope="session")
+async def chromium():
+    """One headless system Chromium (Playwright) for the whole session; browser tests only."""
+    from browser import launch_chromium
+
+    async for browser in launch_chromium():
+        yield browser
