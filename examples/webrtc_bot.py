@@ -8,15 +8,15 @@ whatever is typed into the page's text box, and gives a canned answer after each
 ``build_pipeline``) it becomes a real agent.
 
 Two pages, same bot:
-- ``/local``: a small self-contained page (``webrtc_client.html``) that fetches nothing from
+- ``/``: a small self-contained page (``webrtc_client.html``) that fetches nothing from
   outside this server. Works on a closed network.
-- ``/``: Pipecat's prebuilt client (``pipecat-ai-small-webrtc-prebuilt`` 2.5), with conversation
+- ``/client/``: Pipecat's prebuilt client (``pipecat-ai-small-webrtc-prebuilt`` 2.5), with conversation
   and metrics panels. It loads Daily's media bundle from c.daily.co to reach the microphone, so
   it needs internet access: on a closed network it never connects.
 
 Run:
     .venv/bin/pip install -e '.[webrtc]'
-    .venv/bin/python examples/webrtc_bot.py            # then open http://localhost:7860/local
+    .venv/bin/python examples/webrtc_bot.py            # then open http://localhost:7860/
     .venv/bin/python examples/webrtc_bot.py --model /models/Spark-TTS-0.5B --voice female
 
 On the demo checkpoint (the default) the voice is random: you hear sound, not words.
@@ -161,7 +161,7 @@ def create_app(
 
     The prebuilt client (2.5) posts to ``/start`` (answered with a session id), then sends its
     SDP offer (POST) and ICE candidates (PATCH) to ``/sessions/{id}/api/offer``. ``/api/offer``
-    takes the same requests without a session, as ``/local`` and Pipecat's other clients send
+    takes the same requests without a session, as ``/`` and Pipecat's other clients send
     them. No ICE servers are configured: host candidates only, nothing outside is contacted.
 
     Args:
@@ -227,12 +227,12 @@ def create_app(
         await handler.handle_patch_request(request)
         return {"status": "success"}
 
-    @app.get("/local", response_class=HTMLResponse)
+    @app.get("/", response_class=HTMLResponse)
     async def local_page() -> str:
         """The self-contained page: needs nothing outside this server."""
         return CLIENT_PAGE.read_text(encoding="utf-8")
 
-    app.mount("/", SmallWebRTCPrebuiltUI)  # last: the API routes above take precedence
+    app.mount("/client", SmallWebRTCPrebuiltUI)  # Pipecat's runner serves it here too
     return app
 
 
@@ -256,8 +256,8 @@ def main() -> None:
 
     url = f"http://{args.host}:{args.port}"
     print("pipecat-veena WebRTC bot, once the engine is up (a few seconds to a minute):")
-    print(f"  {url}/local  self-contained page, works offline")
-    print(f"  {url}/       Pipecat's prebuilt client (needs internet: loads Daily's media bundle)")
+    print(f"  {url}/         self-contained page, works offline")
+    print(f"  {url}/client/  Pipecat's prebuilt client (needs internet: loads Daily's media bundle)")
     app = create_app(args.model, voice=args.voice, greeting=args.greeting, answer=args.answer)
     uvicorn.run(app, host=args.host, port=args.port)
 

@@ -1,7 +1,7 @@
 """examples/webrtc_bot.py in a real headless Chromium: the greeting and typed text arrive as audio.
 
 The bot runs as a subprocess (its own vLLM engine, spark-tiny demo checkpoint) on a free loopback
-port. Chromium opens the bot's self-contained page (``/local``), connects with fake media
+port. Chromium opens the bot's self-contained page (``/``), connects with fake media
 devices, and the audio it receives is read from ``RTCPeerConnection.getStats()``: the greeting
 must raise ``totalAudioEnergy`` (silence only adds bytes). The check itself is shown to fail on
 silence in ``test_silence_is_not_audio``. Artefacts (screenshot, stats, bot log) land in
@@ -67,7 +67,7 @@ async def test_greeting_and_typed_text_arrive_as_audio(chromium, webrtc_bot: Ser
         page = browser_page.page
         measured: dict = {}
         try:
-            await page.goto(webrtc_bot.url + "/local")
+            await page.goto(webrtc_bot.url + "/")
             clicked = time.monotonic()
             await page.get_by_role("button", name="Connect").click()
 
@@ -96,7 +96,7 @@ async def test_greeting_and_typed_text_arrive_as_audio(chromium, webrtc_bot: Ser
 
 
 def test_prebuilt_client_is_served(webrtc_bot: Server):
-    with urllib.request.urlopen(webrtc_bot.url + "/") as response:
+    with urllib.request.urlopen(webrtc_bot.url + "/client/") as response:
         index = response.read().decode()
     assert '<div id="root"></div>' in index
     request = urllib.request.Request(webrtc_bot.url + "/start", data=b"{}", method="POST")

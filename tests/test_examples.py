@@ -41,8 +41,8 @@ def test_webrtc_app_routes(tmp_path):
     module = _load("webrtc_bot")
     app = module.create_app(tmp_path)  # the engine only starts in the lifespan
     paths = {route.path for route in app.routes}
-    assert {"/start", "/api/offer", "/sessions/{session_id}/api/offer", "/local"} <= paths
-    assert app.routes[-1].path == ""  # the prebuilt client is mounted last, at /
+    assert {"/start", "/api/offer", "/sessions/{session_id}/api/offer", "/"} <= paths
+    assert app.routes[-1].path == "/client"  # Pipecat's prebuilt client
     assert module.CLIENT_PAGE.is_file()
 
 
