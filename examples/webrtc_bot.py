@@ -10,9 +10,9 @@ whatever is typed into the page's text box, and gives a canned answer after each
 Two pages, same bot:
 - ``/``: a small self-contained page (``webrtc_client.html``) that fetches nothing from
   outside this server. Works on a closed network.
-- ``/client/``: Pipecat's prebuilt client (``pipecat-ai-small-webrtc-prebuilt`` 2.5), with conversation
-  and metrics panels. It loads Daily's media bundle from c.daily.co to reach the microphone, so
-  it needs internet access: on a closed network it never connects.
+- ``/client/``: Pipecat's prebuilt client (``pipecat-ai-small-webrtc-prebuilt`` 2.5), with
+  conversation and metrics panels. It loads Daily's media bundle from c.daily.co to reach the
+  microphone, so it needs internet access: on a closed network it never connects.
 
 Run:
     .venv/bin/pip install -e '.[webrtc]'
@@ -257,7 +257,7 @@ def main() -> None:
     url = f"http://{args.host}:{args.port}"
     print("pipecat-veena WebRTC bot, once the engine is up (a few seconds to a minute):")
     print(f"  {url}/         self-contained page, works offline")
-    print(f"  {url}/client/  Pipecat's prebuilt client (needs internet: loads Daily's media bundle)")
+    print(f"  {url}/client/  Pipecat's prebuilt client (needs internet: Daily's media bundle)")
     app = create_app(args.model, voice=args.voice, greeting=args.greeting, answer=args.answer)
     uvicorn.run(app, host=args.host, port=args.port)
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 DEMO_NOTE = (
@@ -32,7 +34,10 @@ async def _say_async(args: argparse.Namespace, checkpoint: Path) -> int:
     from pipecat_veena.engine import EngineConfig, VeenaEngine
     from pipecat_veena.wav_sink import say_to_wav
 
-    engine = VeenaEngine(EngineConfig(checkpoint=checkpoint, device=args.device))
+    quiet = {} if args.verbose else {"engine_kwargs": {"use_tqdm_on_load": False}}
+    engine = VeenaEngine(
+        EngineConfig(checkpoint=checkpoint, device=args.device, generator_kwargs=quiet)
+    )
     try:
         await engine.start()
         result = await say_to_wav(
@@ -48,12 +53,31 @@ async def _say_async(args: argparse.Namespace, checkpoint: Path) -> int:
     for error in result.errors:
         print(f"error: {error}", file=sys.stderr)
     if result.audio_seconds == 0:
-        print("no audio was produced", file=sys.stderr)
+        print(result.summary(), file=sys.stderr)
         return 1
-    print(f"wrote {result.path} ({result.audio_seconds:.2f} s at {result.sample_rate} Hz)")
-    print(f"time to first audio: {result.time_to_first_audio * 1000:.0f} ms")
-    print(f"real-time factor: {result.real_time_factor:.2f} (below 1 is faster than real time)")
+    print(f"wrote {result.summary()}")
     return 0
+
+
+def _quiet(verbose: bool) -> None:
+    """Keep the output to what the user needs: our warnings and errors, vLLM's errors only.
+
+    vLLM's start-up warnings on CPU (no Triton, no tcmalloc, eager mode, tokenizer-less EOS)
+    say nothing a user of this command can act on; ``-v`` shows everything.
+    """
+    if verbose:
+        return
+    from loguru import logger
+
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING", format="{level}: {message}")
+    # inherited by vLLM's engine process too
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+    os.environ.setdefault("TORCH_LOGS", "-all")  # torch's own loggers: errors only
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    logging.getLogger("torch").setLevel(logging.ERROR)
 
 
 def _say(args: argparse.Namespace) -> int:
@@ -65,13 +89,21 @@ def _say(args: argparse.Namespace) -> int:
         print(DEMO_NOTE)
     else:
         checkpoint = args.model
-    if not args.verbose:
-        from loguru import logger
-
-        logger.remove()
-        logger.add(sys.stderr, level="WARNING")
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    _quiet(args.verbose)
+    _check_voice(checkpoint, args.voice)  # before the engine loads (tens of seconds)
     return asyncio.run(_say_async(args, checkpoint))
+
+
+def _check_voice(checkpoint: Path, voice: str | None) -> None:
+    """Raise CheckpointError / UnknownVoiceError now rather than after loading the engine."""
+    from pipecat_veena.checkpoint import detect_layout
+    from pipecat_veena.voices import spark_voices, veena_voices
+
+    layout = detect_layout(checkpoint)
+    if layout.family == "bicodec":
+        spark_voices(layout.root, 32).resolve(voice)
+    else:
+        veena_voices(layout.root).resolve(voice)
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -132,10 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status (2: bad input, named in one line)."""
+    from pipecat_veena.errors import VeenaError
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except (VeenaError, ValueError, FileNotFoundError) as e:
+        print(f"pipecat-veena {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

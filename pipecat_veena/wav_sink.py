@@ -25,7 +25,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE, write_wav
-from pipecat_veena.engine import VeenaEngine
+from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.service import VeenaTTSService
 
 
@@ -106,9 +106,20 @@ class SayResult:
             return None
         return self.generation_seconds / self.audio_seconds
 
+    def summary(self) -> str:
+        """One line for people: length, time to first audio and real-time factor (or why not)."""
+        if not self.audio_seconds:
+            why = f": {self.errors[0]}" if self.errors else ""
+            return f"{self.path}: no audio was produced{why}"
+        return (
+            f"{self.path}: {self.audio_seconds:.2f} s at {self.sample_rate} Hz, first audio after "
+            f"{self.time_to_first_audio * 1000:.0f} ms, real-time factor "
+            f"{self.real_time_factor:.2f} (below 1 is faster than real time)"
+        )
+
 
 async def say_to_wav(
-    engine: VeenaEngine,
+    engine: SpeechEngine,
     text: str,
     path: str | Path,
     *,
@@ -119,7 +130,7 @@ async def say_to_wav(
     """Speak ``text`` with a started engine through a real Pipecat pipeline into a WAV file.
 
     Args:
-        engine: a started VeenaEngine.
+        engine: a started engine (in-process or remote).
         text: what to say.
         path: the WAV file to write.
         voice: a voice of the engine (None: its default).

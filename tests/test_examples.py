@@ -62,3 +62,12 @@ async def test_webrtc_replies_speak_typed_text_and_answer_turns():
     assert spoken == ["नमस्ते", "ok"]
     down, _ = await run_test(module.TextReplies(answer=""), frames_to_send=frames[2:])
     assert not [f for f in down if isinstance(f, TTSSpeakFrame)]
+
+
+def test_say_result_summary_without_audio_does_not_crash():
+    from pipecat_veena.wav_sink import SayResult
+
+    empty = SayResult(Path("call0.wav"), 16000, 0.0, None, None, errors=["engine died"])
+    assert empty.summary() == "call0.wav: no audio was produced: engine died"
+    full = SayResult(Path("call1.wav"), 8000, 2.0, 0.25, 1.0)
+    assert "first audio after 250 ms" in full.summary() and "0.50" in full.summary()

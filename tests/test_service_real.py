@@ -256,7 +256,23 @@ def test_say_command_writes_a_wav_of_the_asked_rate(tmp_path, spark_tiny_checkpo
     assert result.returncode == 0, result.stderr[-3000:]
     samples, rate = read_wav(out)
     assert rate == 8000 and len(samples) > 0 and np.abs(samples).max() > 0
-    assert "time to first audio" in result.stdout and "real-time factor" in result.stdout
+    assert "first audio after" in result.stdout and "real-time factor" in result.stdout
+    # vLLM's start-up warnings (no Triton, raw prompts, tokenizer-less EOS) are not for users
+    for noise in ("Triton", "raw prompts", "EOS token", "WARNING", "Traceback"):
+        assert noise not in result.stderr, result.stderr[-2000:]
+
+
+def test_say_command_errors_are_one_line(tmp_path, spark_tiny_checkpoint):
+    """A missing checkpoint or an unknown voice: one line naming the problem, exit status 2,
+    before any engine starts."""
+    for extra, expected in (
+        (["--model", str(tmp_path / "nowhere")], "does not exist"),
+        (["--model", str(spark_tiny_checkpoint), "--voice", "robot"], "unknown voice 'robot'"),
+    ):
+        result = _run([sys.executable, "-m", "pipecat_veena.cli", "say", "hi", *extra])
+        assert result.returncode == 2, result.stderr[-2000:]
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and expected in lines[0], result.stderr[-2000:]
 
 
 def test_wav_bot_example_runs_on_the_demo_checkpoint(tmp_path, spark_tiny_checkpoint):

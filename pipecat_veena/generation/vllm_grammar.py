@@ -89,7 +89,7 @@ class GrammarLogitsProcessor(LogitsProcessor):
             compiled = self._compiled.get(key)
             if compiled is None:
                 compiled = self._compiled[key] = _Compiled(grammar_from_spec(spec))
-                logger.debug(f"grammar compiled: {spec.get('kind')} ({len(self._compiled)} known)")
+                logger.trace(f"grammar compiled: {spec.get('kind')} ({len(self._compiled)} known)")
             grammar = compiled.grammar
             self._tracked[index] = _Tracked(key, grammar, output, grammar.initial())
         for a, b, direction in batch_update.moved:

@@ -126,6 +126,17 @@ def _is_main_guard(node: ast.stmt) -> bool:
     return bool(names and consts)
 
 
+def _engine_input(prompt_ids: list[int]) -> Any:
+    """The prompt as vLLM's engine input for token ids (raw prompts are deprecated there)."""
+    try:
+        from vllm.inputs import tokens_input
+    except ImportError:  # vLLM before the renderer API: a TokensPrompt is the supported form
+        from vllm import TokensPrompt
+
+        return TokensPrompt(prompt_token_ids=prompt_ids)
+    return tokens_input(prompt_ids)
+
+
 class VllmGenerator(TokenGenerator):
     """Token generation with vLLM's ``AsyncLLM`` running in this process.
 
@@ -277,7 +288,6 @@ class VllmGenerator(TokenGenerator):
         Yields:
             TokenDelta: the new ids, the last one with its finish reason.
         """
-        from vllm import TokensPrompt
         from vllm.exceptions import VLLMValidationError
         from vllm.v1.engine.exceptions import EngineDeadError as VllmEngineDeadError
         from vllm.v1.engine.exceptions import EngineGenerateError as VllmEngineGenerateError
@@ -286,7 +296,7 @@ class VllmGenerator(TokenGenerator):
         params = self._sampling_params(options)
         finished = False
         try:
-            stream = llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, request_id)
+            stream = llm.generate(_engine_input(prompt_ids), params, request_id)
             async with aclosing(stream):
                 async for output in stream:
                     completion = output.outputs[0]
