@@ -71,3 +71,16 @@ def test_say_result_summary_without_audio_does_not_crash():
     assert empty.summary() == "call0.wav: no audio was produced: engine died"
     full = SayResult(Path("call1.wav"), 8000, 2.0, 0.25, 1.0)
     assert "first audio after 250 ms" in full.summary() and "0.50" in full.summary()
+
+
+async def test_twilio_bot_answers_each_spoken_turn():
+    from pipecat.frames.frames import TTSSpeakFrame, VADUserStoppedSpeakingFrame
+    from pipecat.tests.utils import run_test
+
+    module = _load("twilio_bot")
+    down, _ = await run_test(
+        module.CannedAnswer("Got it."),
+        frames_to_send=[VADUserStoppedSpeakingFrame(), VADUserStoppedSpeakingFrame()],
+    )
+    spoken = [f.text for f in down if isinstance(f, TTSSpeakFrame)]
+    assert spoken == ["Got it.", "Got it."]
