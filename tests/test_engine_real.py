@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -105,6 +106,36 @@ async def test_pinned_voice_needs_no_globals_next_time(spark_tiny_checkpoint, sp
         assert engine.stats()["pinned_voices"] == ["male"]
     finally:
         await engine.shutdown()
+
+
+async def test_exported_voices_make_another_engine_speak_the_same_voice(
+    tmp_path, spark_tiny_checkpoint, spark_generator
+):
+    """Two replicas: the second loads the first's pinned voices and continues in exactly that
+    voice (its prompt carries the same prefix), generating no globals of its own."""
+    config = EngineConfig(checkpoint=spark_tiny_checkpoint, warmup=False)
+    first = VeenaEngine(config, generator=spark_generator)
+    await first.start()
+    try:
+        await _speak(first, "Good morning.", voice="male", seed=21)
+        prints = first.export_voices(tmp_path / "voices.json")
+    finally:
+        await first.shutdown()
+    recorder = RecordingGenerator(spark_generator)
+    second = VeenaEngine(
+        replace(config, voices_file=tmp_path / "voices.json"), generator=recorder
+    )
+    await second.start()
+    try:
+        await _speak(second, "Good evening.", voice="male", seed=5, request_id="replica")
+        (prompt,) = recorder.prompts.values()
+        prefix = prints["voices"]["male"]["prefix"]
+        assert prompt[-len(prefix) - 1 : -1] == prefix
+        ids = second._format.ids
+        (out,) = recorder.outputs.values()
+        assert not any(0 <= t - ids.global_base < ids.num_global_codes for t in out)
+    finally:
+        await second.shutdown()
 
 
 async def test_abort_mid_stream_leaves_no_unfinished_request(spark):
