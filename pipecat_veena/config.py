@@ -17,8 +17,8 @@ class EngineConfig:
         checkpoint: checkpoint directory (Spark-TTS-0.5B layout ``LLM/`` + ``BiCodec/``, Veena3,
             or Veena: LLM + SNAC directory); the layout is detected.
         device: codec device, "auto" (CUDA when available), "cpu" or "cuda[:n]".
-        codec_dtype: codec dtype name ("float32", "bfloat16", "float16"); None: fp32 on CPU,
-            fp16 on CUDA.
+        codec_dtype: codec dtype name ("float32", "bfloat16", "float16"); None: float32 on
+            CPU, bfloat16 for BiCodec on CUDA (float32 for SNAC).
         stream: sliding-window settings; None: the measured defaults for the codec.
         calibrate_seams_db: when set, measure at start the smallest lookahead whose seams reach
             this SNR against an offline decode on the LOADED codec weights (seconds on CPU,
