@@ -17,6 +17,7 @@ BENCHMARKS = [
     ["benchmarks.codec_cpu"],
     ["benchmarks.streaming"],
     ["benchmarks.engine_glue"],
+    ["benchmarks.resample"],
     ["benchmarks.service", "--kind", "spark-tiny", "--concurrency", "1", "4", "16"],
     ["benchmarks.service", "--kind", "spark", "--concurrency", "1", "4"],
 ]

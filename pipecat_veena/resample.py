@@ -17,8 +17,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE
+
+
+#: Up to this many phases, outputs are computed phase by phase (BLAS matrix-vector products);
+#: beyond it, per-output dot products are cheaper than a Python loop over phases.
+_PHASE_LOOP_MAX = 32
 
 
 class StreamResampler:
@@ -56,8 +62,10 @@ class StreamResampler:
 
     def reset(self) -> None:
         """Forget the stream (an interruption): the next chunk starts a new one."""
-        self._buf = np.zeros(0, dtype=np.float32)  # input samples from index self._buf_start
-        self._buf_start = 0
+        # Input samples from index self._buf_start on; the stream starts after `half` zeros,
+        # so every output's window lies inside the buffer.
+        self._buf = np.zeros(self._half, dtype=np.float32)
+        self._buf_start = -self._half
         self._received = 0  # input samples received
         self._emitted = 0  # output samples emitted
 
@@ -93,10 +101,14 @@ class StreamResampler:
             return b""
         base = (n * M) // L  # newest input at or before each output's time
         phase = (n * M) % L
-        taps = np.arange(-half, half + 1, dtype=np.int64)  # (T,)
-        idx = base[:, None] + taps[None, :] - self._buf_start  # (N, T) into the buffer
-        window = np.where(idx >= 0, self._buf[np.clip(idx, 0, len(self._buf) - 1)], 0.0)
-        y = np.einsum("nt,nt->n", window, self._bank[phase])
+        # (N, T): the inputs at base-half .. base+half of each output
+        windows = sliding_window_view(self._buf, 2 * half + 1)[base - half - self._buf_start]
+        if L <= _PHASE_LOOP_MAX:  # few phases: one matrix-vector product per phase
+            y = np.empty(len(n), dtype=np.float32)
+            for p in range(min(L, len(n))):
+                y[p::L] = windows[p::L] @ self._bank[phase[p]]
+        else:  # many phases (e.g. 441 for 16 -> 44.1 kHz): per-output dot products
+            y = np.einsum("nt,nt->n", windows, self._bank[phase])
         self._emitted = end
         # Inputs before the next output's window are never needed again.
         keep_from = (end * M) // L - half - self._buf_start
