@@ -21,7 +21,6 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE
 
-
 #: Up to this many phases, outputs are computed phase by phase (BLAS matrix-vector products);
 #: beyond it, per-output dot products are cheaper than a Python loop over phases.
 _PHASE_LOOP_MAX = 32
