@@ -26,7 +26,8 @@ MIN_MAX_SECONDS = 3.0
 
 #: Abbreviations after which sentencex breaks but a sentence rarely ends.
 _NO_BREAK_AFTER = re.compile(
-    r"(?:^|[\s(])(?:डॉ|डा|प्रो|श्री|नं|रु|approx|Approx|No|no|Rs|Dr|Mr|Mrs|Ms|Prof|Sr|Jr|vs)\.\s*$"
+    r"(?:(?:^|[\s(])(?:डॉ|डा|प्रो|श्री|नं|रु|approx|Approx|No|no|Rs|Dr|Mr|Mrs|Ms|Prof|Sr|Jr|vs)"
+    r"|\.[\u0900-\u097f]{1,3})\.\s*$"  # or a dotted Hindi abbreviation: कि.मी., मि.ली.
 )
 _CLAUSE_END = re.compile(r"(?<=[,;:—–])\s+")
 _MARKUP = re.compile(r"<[^<>]{1,40}>|\[[^\[\]]{1,40}\]|[*_#`~|]+")

@@ -26,14 +26,15 @@ _DEVANAGARI_DIGITS = str.maketrans("०१२३४५६७८९", "0123456789
 #: Anything a rule could act on; text without any of these needs no work at all.
 _TRIGGER = re.compile(r"[0-9०-९&@%+=#/₹$€£°℃℉.]")
 _DEVANAGARI_WORD = re.compile(r"[\u0900-\u0963\u0971-\u097f]+")
-_LATIN_WORD = re.compile(r"[A-Za-z]+")
+_LATIN_WORD = re.compile(r"[A-Z]*[a-z][A-Za-z]*")  # acronyms (OTP, EMI) do not count
 
 
 def sentence_language(sentence: str) -> str | None:
     """The language ("hi" or "en") of a sentence from its script; None when it has no words.
 
     A sentence is Hindi when at least a third of its words are in Devanagari (code-mixed Hindi
-    writes its English nouns in Latin), or when it has Devanagari digits and no words.
+    writes its English nouns in Latin), or when it has Devanagari digits and no words. Words in
+    capitals (OTP, EMI, PAN) are left out of the count: Hindi sentences use them as much.
     """
     hindi = len(_DEVANAGARI_WORD.findall(sentence))
     latin = len(_LATIN_WORD.findall(sentence))

@@ -71,10 +71,16 @@ _ID_PART = re.compile(r"[A-Z]+|\d+")
 
 
 def alphanumeric_id(m: re.Match, lang: str) -> str:
-    """ABCDE1234F, SBIN0001234, MH12AB1234: letters spaced (read as letters), digits one by one."""
+    """ABCDE1234F, SBIN0001234, MH12AB1234: spaced letters, digits one by one.
+
+    Letters are spaced so that they are read as letters; six digits or more go in groups.
+    """
     parts = []
     for part in _ID_PART.findall(m["id"]):
-        parts.append(nw.digits(part, lang) if part[0].isdigit() else " ".join(part))
+        if part[0].isdigit():
+            parts.append(nw.digit_groups(nw.group_digits(part), lang))
+        else:
+            parts.append(" ".join(part))
     return " ".join(parts)
 
 

@@ -34,7 +34,7 @@ DIGIT_WORDS: dict[str, list[str]] = {
 }
 #: indic-numtowords spellings replaced by the standard ones (Kendriya Hindi Nideshalay).
 _HI_FIXES = {nfc(k): nfc(v) for k, v in {
-    "छः": "छह", "अट्ठारह": "अठारह", "चौंतालीस": "चवालीस", "छयासठ": "छियासठ",
+    "छः": "छह", "अट्ठारह": "अठारह", "चौंतालीस": "चवालीस", "छयासठ": "छियासठ", "सरसठ": "सड़सठ",
 }.items()}  # fmt: skip
 
 

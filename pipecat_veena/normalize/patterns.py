@@ -24,15 +24,12 @@ from pipecat_veena.normalize.tables import (
 )
 
 # -- context words for digit-by-digit reading ------------------------------------------------
-#: Words after which a number of 3 or more digits is read digit by digit.
+#: Words (any case) after which a number of 3 or more digits is read digit by digit.
 DIGIT_CONTEXT = (
-    "OTP|otp|Otp|PIN|pin|Pin|pincode|Pincode|passcode|password|code|Code|CVV|cvv|phone|Phone|"
-    "ph|Ph|mobile|Mobile|mob|Mob|cell|contact|Contact|call|Call|whatsapp|WhatsApp|Whatsapp|"
-    "helpline|Helpline|tel|Tel|telephone|account|Account|acct|a/c|A/c|A/C|card|Card|number|"
-    "Number|no|No|NO|num|id|ID|Id|ref|Ref|reference|Reference|PNR|pnr|AWB|awb|tracking|"
-    "Tracking|ticket|Ticket|txn|Txn|transaction|Transaction|UTR|utr|UPI|upi|Aadhaar|aadhaar|"
-    "Aadhar|aadhar|extension|ext|Ext|नंबर|नम्बर|ओटीपी|पिन|कोड|खाता|मोबाइल|फ़ोन|फोन|कॉल|"
-    "संख्या|आईडी|पासवर्ड"
+    "otp|pin|pincode|passcode|password|code|cvv|phone|ph|mobile|mob|cell|contact|call|whatsapp|"
+    "helpline|tel|telephone|account|acct|a/c|card|number|no|num|id|ref|reference|pnr|awb|"
+    "tracking|ticket|txn|transaction|utr|upi|aadhaar|aadhar|extension|ext|"
+    "नंबर|नम्बर|ओटीपी|पिन|कोड|खाता|मोबाइल|फ़ोन|फोन|कॉल|संख्या|आईडी|पासवर्ड"
 ).split("|")
 #: Words that may sit between a context word and its number ("account number is 123").
 DIGIT_FILLERS = (
@@ -49,7 +46,7 @@ YEAR_BEFORE = (
     "from|From|circa|born|FY|batch|class|सन|सन्|साल|वर्ष|ईस्वी"
 ).split("|")
 #: Words after a 4-digit number that make it a year in Hindi ("1997 में").
-YEAR_AFTER = "में|से|तक|के दौरान|ई.|ईस्वी|AD|BC|CE".split("|")
+YEAR_AFTER = "में|से|तक|के दौरान|के दशक|ई.|ईस्वी|AD|BC|CE".split("|")
 
 B0 = NOT_AFTER_WORD
 B1 = NOT_BEFORE_WORD
@@ -59,7 +56,7 @@ INT = rf"(?:{GROUPED}|\d+)"
 #: A number as written: grouped or not, with an optional decimal part.
 NUM = rf"{INT}(?:\.\d+)?(?!\.\d)"
 #: A minus sign where it cannot be a hyphen or a range dash.
-NEG = r"(?:(?<![\w\d.,/-])[-−])"
+NEG = r"(?:(?<![\w\d.,/%-])[-−])"
 DASH = r"\s?[-–—]\s?"
 
 MONTH = alternation(MONTHS)
@@ -89,7 +86,7 @@ def _words(words: list[str]) -> str:
 
 #: Left context (ends right before the number) that makes it a code read digit by digit.
 DIGIT_CONTEXT_LEFT = re.compile(
-    rf"{B0}{_words(DIGIT_CONTEXT)}\.?(?:[\s:#.\-]+{_words(DIGIT_FILLERS)}{B1})*[\s:#.\-]*$"
+    rf"{B0}(?i:{_words(DIGIT_CONTEXT)})\.?(?:[\s:#.\-]+{_words(DIGIT_FILLERS)}{B1})*[\s:#.\-]*$"
 )
 #: Right context (starts right after the number) that makes it a code.
 DIGIT_CONTEXT_RIGHT = re.compile(

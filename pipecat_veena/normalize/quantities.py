@@ -34,6 +34,12 @@ from pipecat_veena.normalize.tables import (
 )
 
 _CONTEXT_CHARS = 40
+#: Hindi postpositions: before one, a singular noun takes its oblique form (एक रुपये का).
+_POSTPOSITION = re.compile(r"\s*(?:का|की|के|में|से|को|पर|तक)(?![\u0900-\u097f])")
+
+
+def _oblique(m: re.Match, lang: str) -> bool:
+    return lang == "hi" and bool(_POSTPOSITION.match(m.string, m.end()))
 
 
 def _minus(words: str, neg: str | None, lang: str) -> str:
@@ -91,11 +97,14 @@ def plain_number(m: re.Match, lang: str) -> str | None:
     raw, neg = m["n"], m["n_neg"]
     int_part, frac, grouped = parse_number(raw)
     text, start, end = m.string, m.start(), m.end()
+    if not int_part:  # .5
+        return _minus(f"{WORDS[lang]['point']} {nw.digits(frac or '', lang)}", neg, lang)
     if not (grouped or frac or neg):
         n = len(int_part)
         before = text[max(0, start - _CONTEXT_CHARS) : start]
         after = text[end : end + _CONTEXT_CHARS]
-        if n >= 3 and (DIGIT_CONTEXT_LEFT.search(before) or DIGIT_CONTEXT_RIGHT.match(after)):
+        coded = before.endswith("#") or DIGIT_CONTEXT_LEFT.search(before)
+        if n >= 3 and (coded or DIGIT_CONTEXT_RIGHT.match(after)):
             return nw.digit_groups(nw.group_digits(int_part), lang)
         if n >= 6:
             return nw.digit_groups(nw.group_digits(int_part), lang)
@@ -136,7 +145,7 @@ def money_prefix(m: re.Match, lang: str) -> str | None:
     """₹1,25,000, Rs. 500/-, $12.50, ₹2.5 crore, ₹500-1,000, INR 5k."""
     key = CURRENCY_PREFIX.get(nfc(m["mp_cur"])) or CURRENCY_PREFIX[m["mp_cur"]]
     scale_a, scale_b = m["mp_sa"] or m["mp_ka"], m["mp_sb"] or m["mp_kb"]
-    return _money(key, m["mp_a"], m["mp_b"], scale_a, scale_b, lang)
+    return _money(key, m["mp_a"], m["mp_b"], scale_a, scale_b, lang, oblique=_oblique(m, lang))
 
 
 def money_suffix(m: re.Match, lang: str) -> str | None:
@@ -144,13 +153,17 @@ def money_suffix(m: re.Match, lang: str) -> str | None:
     written = nfc(m["ms_cur"])
     key = CURRENCY_SUFFIX.get(written)
     if key is not None:
-        return _money(key, m["ms_a"], m["ms_b"], None, m["ms_s"], lang)
+        return _money(key, m["ms_a"], m["ms_b"], None, m["ms_s"], lang, oblique=_oblique(m, lang))
     words = _span(m["ms_a"], m["ms_b"], lang, scale_b=_scale_word(m["ms_s"], lang))
     return f"{words} {written}"
 
 
-def _money(key: str, a: str, b: str | None, sa: str | None, sb: str | None, lang: str) -> str:
+def _money(
+    key: str, a: str, b: str | None, sa: str | None, sb: str | None, lang: str, *, oblique: bool
+) -> str:
     one, many, sub_one, sub_many = CURRENCY_WORDS[key][lang]
+    if oblique:  # एक रुपये का, एक पैसे में
+        one, sub_one = many, sub_many
     western = key != "INR"
     scale_a, scale_b = _scale_word(sa, lang), _scale_word(sb, lang)
     int_part, frac, _ = parse_number(a)
@@ -181,7 +194,7 @@ def measure(m: re.Match, lang: str) -> str | None:
     if unit is None:
         return None
     a, b = m["u_a"], m["u_b"]
-    single = b is None and _is_one(a) and not m["u_neg"]
+    single = b is None and _is_one(a) and not m["u_neg"] and not _oblique(m, lang)
     en1, en2, hi1, hi2 = unit
     word = (en1 if single else en2) if lang == "en" else (hi1 if single else hi2)
     return _minus(_span(a, b, lang), m["u_neg"], lang) + f" {word}"
@@ -221,6 +234,22 @@ def fraction(m: re.Match, lang: str) -> str | None:
     if named:
         return named[0] if lang == "en" else named[1]
     return f"{nw.cardinal(a, lang)} {WORDS[lang]['by']} {nw.cardinal(b, lang)}"
+
+
+def decade(m: re.Match, lang: str) -> str:
+    """1990s = nineteen nineties, 90s = nineties, 2000s = two thousands (Hindi: the year)."""
+    written = m["dec"]
+    value = int(written)
+    words = nw.year(value, lang) if len(written) == 4 else nw.cardinal(value, lang)
+    if lang == "hi":
+        return words
+    return words[:-1] + "ies" if words.endswith("y") else words + "s"
+
+
+def times(m: re.Match, lang: str) -> str:
+    """24x7, 3 x 4, 1920×1080: "by" / "बाई"."""
+    a, b = int(m["x_a"]), int(m["x_b"])
+    return f"{nw.cardinal(a, lang)} {WORDS[lang]['times']} {nw.cardinal(b, lang)}"
 
 
 def version(m: re.Match, lang: str) -> str:

@@ -58,7 +58,10 @@ def _number_abbreviation(m: re.Match, lang: str) -> str:
     return en if lang == "en" else hi
 
 
-def _slash(m: re.Match, lang: str) -> str:
+def _slash(m: re.Match, lang: str) -> str | None:
+    text, i = m.string, m.start()
+    if text[i - 1].isdigit() and text[i + 1].isdigit():
+        return None  # 3/2/1: not a choice between words
     if lang == "en" and m.string[: m.start()].endswith("and"):
         return " "  # and/or
     return f" {WORDS[lang]['or']} "
@@ -113,7 +116,7 @@ RULES: tuple[Rule, ...] = (
     Rule("money_suffix", rf"{B0}(?P<ms_a>{NUM})(?:{_TO}(?P<ms_b>{NUM}))?"
          rf"(?:\s?(?P<ms_s>{p.SCALE}))?\s?(?P<ms_cur>{p.CUR_SUFFIX})(?:{B1}|(?<=\.))(?:/-)?",
          quantities.money_suffix),
-    Rule("percent", rf"(?P<p_neg>{NEG})?(?P<p_a>{NUM})(?:{DASH}(?P<p_b>{NUM}))?\s?%",
+    Rule("percent", rf"(?P<p_neg>{NEG})?(?P<p_a>{NUM})(?:\s?%?{DASH}(?P<p_b>{NUM}))?\s?%",
          quantities.percent),
     Rule("measure", rf"(?P<u_neg>{NEG})?(?P<u_a>{NUM})(?:{_TO}(?P<u_b>{NUM}))?\s?"
          rf"(?P<u_unit>{p.UNIT})(?:{B1}|(?<=[.°℃℉]))", quantities.measure),
@@ -126,12 +129,14 @@ RULES: tuple[Rule, ...] = (
     Rule("spaced", rf"{B0}(?P<sg>\d{{2,5}}(?: \d{{2,5}}){{1,3}}){_END}", codes.spaced_groups),
     Rule("alnum_id", rf"{B0}(?=[A-Z0-9]*[A-Z])(?=(?:[A-Z]*\d){{3}})(?P<id>[A-Z0-9]{{6,}}){B1}",
          codes.alphanumeric_id),
+    Rule("decade", rf"{B0}(?P<dec>(?:1[0-9]|20)?[0-9]0)'?s{B1}", quantities.decade),
+    Rule("times", rf"{B0}(?P<x_a>\d{{1,4}})\s?[x×]\s?(?P<x_b>\d{{1,4}}){B1}", quantities.times),
     Rule("version", rf"{B0}(?P<v>\d+(?:\.\d+){{2,}})(?!\.?\d)", quantities.version),
     Rule("range", rf"(?P<r_neg>{NEG})?(?P<r_a>{NUM}){DASH}(?P<r_b>{NUM}){_END}",
          quantities.number_range),
     Rule("fraction", rf"{B0}(?P<f_a>\d{{1,3}})/(?P<f_b>\d{{1,3}})(?![\d/]|\.\d)",
          quantities.fraction),
-    Rule("number", rf"(?P<n_neg>{NEG})?(?P<n>{NUM})", quantities.plain_number),
+    Rule("number", rf"(?P<n_neg>{NEG})?(?P<n>{NUM}|(?<![\w.])\.\d+)", quantities.plain_number),
     Rule("number_abbrev", rf"{B0}(?P<na>{p.NUMBER_ABBREV})(?=\s?\d)", _number_abbreviation),
     Rule("abbrev", rf"{B0}(?P<ab>{p.ABBREV})(?:(?<=\.)|{B1})", _abbreviation),
     Rule("slash", rf"(?<={WORD_CHAR})/(?={WORD_CHAR})", _slash),
