@@ -129,9 +129,7 @@ def test_lexicon_from_a_dict_applies_before_the_rules_per_language():
         "en": {"EMI": "E M I", "SBI": "S B I"},
         "hi": {"EMI": "ई एम आई"},
     }
-    assert normalize("Your EMI is ₹500.", lexicon=lexicon) == (
-        "Your E M I is five hundred rupees."
-    )
+    assert normalize("Your EMI is ₹500.", lexicon=lexicon) == ("Your E M I is five hundred rupees.")
     assert normalize("आपकी EMI ₹500 है।", lexicon=lexicon) == "आपकी ई एम आई पाँच सौ रुपये है।"
     assert normalize("zomato order", lexicon=lexicon) == "ज़ोमैटो order"  # any case: not an acronym
     assert normalize("emi and SBIN", lexicon=lexicon) == "emi and SBIN"  # acronyms: exact, whole
