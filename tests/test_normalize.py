@@ -165,3 +165,14 @@ def test_split_sentences_keeps_every_byte_and_abbreviations_whole():
         "डॉ. शर्मा 5 कि.मी. दूर हैं।  ",
         "OK?",
     ]
+
+
+def test_the_readme_examples_are_what_the_normaliser_says():
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Numbers, dates and codes", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \| `([^`]+)` \|$", section, re.M)
+    assert len(rows) >= 12
+    for text, spoken in rows:
+        assert _nfc(normalize(text)) == _nfc(spoken)
+        assert any(text == t and _nfc(spoken) == _nfc(s) for _, t, s in CASES), text
+    assert normalize("₹1,25,000", "en") == "one lakh twenty-five thousand rupees"
