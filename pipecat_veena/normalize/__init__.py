@@ -24,7 +24,7 @@ LANGUAGES = ("auto", "hi", "en")
 
 _DEVANAGARI_DIGITS = str.maketrans("०१२३४५६७८९", "0123456789")
 #: Anything a rule could act on; text without any of these needs no work at all.
-_TRIGGER = re.compile(r"[0-9०-९&@%+=#/₹$€£°℃℉.]")
+_TRIGGER = re.compile(r"[0-9०-९&@%+=©#/₹$€£°℃℉.]")
 _DEVANAGARI_WORD = re.compile(r"[\u0900-\u0963\u0971-\u097f]+")
 _LATIN_WORD = re.compile(r"[A-Z]*[a-z][A-Za-z]*")  # acronyms (OTP, EMI) do not count
 

@@ -43,7 +43,8 @@ DIGIT_FILLERS_AFTER = "is|your|the|आपका|आपकी|यह|है|ह�
 #: Words before a 4-digit number that make it a year ("in 1997", "सन 1947").
 YEAR_BEFORE = (
     "in|In|since|Since|year|Year|till|until|Until|before|Before|after|After|during|During|"
-    "from|From|circa|born|FY|batch|class|सन|सन्|साल|वर्ष|ईस्वी"
+    "from|From|circa|born|died|FY|batch|class|Copyright|copyright|©|founded|Founded|"
+    "established|Established|estd|Estd|season|election|सन|सन्|साल|वर्ष|ईस्वी"
 ).split("|")
 #: Words after a 4-digit number that make it a year in Hindi ("1997 में").
 YEAR_AFTER = "में|से|तक|के दौरान|के दशक|ई.|ईस्वी|AD|BC|CE".split("|")

@@ -142,7 +142,7 @@ RULES: tuple[Rule, ...] = (
     Rule("slash", rf"(?<={WORD_CHAR})/(?={WORD_CHAR})", _slash),
     Rule("hash_number", r"#(?=\s?\d)", _hash_number),
     Rule("lone_currency", r"(?P<lc>[₹$€£])", _lone_currency),
-    Rule("symbol", r"(?P<sym>[&@%+=])", _symbol),
+    Rule("symbol", r"(?P<sym>[&@%+=©])", _symbol),
     Rule("digits", r"(?P<d>\d+)", quantities.bare_digits),
 )  # fmt: skip
 

@@ -62,6 +62,7 @@ WORDS: dict[str, dict[str, str]] = {
         "or": "or",
         "at": "at",
         "equals": "equals",
+        "copyright": "copyright",
         "number": "number",
         "dot": "dot",
         "slash": "slash",
@@ -84,6 +85,7 @@ WORDS: dict[str, dict[str, str]] = {
         "or": "या",
         "at": "ऐट",
         "equals": "बराबर",
+        "copyright": "कॉपीराइट",
         "number": "नंबर",
         "dot": "डॉट",
         "slash": "स्लैश",
@@ -294,6 +296,8 @@ NUMBER_ABBREVIATIONS: dict[str, tuple[str, str]] = {
 
 # -- symbols ---------------------------------------------------------------------------------
 #: Symbol -> key in WORDS (spelled in the sentence's language).
-SYMBOLS: dict[str, str] = {"&": "and", "@": "at", "%": "percent", "+": "plus", "=": "equals"}
+SYMBOLS: dict[str, str] = {
+    "&": "and", "@": "at", "%": "percent", "+": "plus", "=": "equals", "©": "copyright",
+}  # fmt: skip
 #: A lone currency sign (no amount next to it) -> currency key (its plural word is spoken).
 LONE_CURRENCY: dict[str, str] = {"₹": "INR", "$": "USD", "€": "EUR", "£": "GBP"}
