@@ -176,3 +176,13 @@ def test_the_readme_examples_are_what_the_normaliser_says():
         assert _nfc(normalize(text)) == _nfc(spoken)
         assert any(text == t and _nfc(spoken) == _nfc(s) for _, t, s in CASES), text
     assert normalize("₹1,25,000", "en") == "one lakh twenty-five thousand rupees"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["X" * 3000 + "1", "XX-" * 2000 + "1", "*" * 3000 + " 12", "1," * 2000, "a1-" * 3000],
+    ids=["x-run", "x-dash-run", "star-run", "comma-run", "dash-run"],
+)
+def test_long_runs_finish(text):
+    """Long runs of mask characters and separators (these once backtracked exponentially)."""
+    assert not _DIGIT.search(normalize(text))

@@ -87,10 +87,12 @@ _LATIN_TLD = r"(?:com|in|org|net|co|io|gov|edu|ai|app|dev|info|me|ly)"
 RULES: tuple[Rule, ...] = (
     Rule("email", r"(?<![\w.+-])(?P<em>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)",
          codes.email),
-    Rule("url", r"(?<![\w@.])(?P<url>(?:[A-Za-z][A-Za-z+.-]*://|www\.)[^\s<>\"']+?|"
+    Rule("url", r"(?<![\w@.-])(?P<url>(?:[A-Za-z][A-Za-z+.-]*://|www\.)[^\s<>\"']+?|"
          rf"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.{_LATIN_TLD}(?:/[^\s<>\"']*?)?)"
          r"(?=[.,;:!?)\]'\"]*(?:\s|$))", codes.url),
-    Rule("masked", rf"{B0}(?:[Xx*•]{{2,}}[ -]?)+(?P<mk_digits>\d{{2,6}})(?!\d)", codes.masked),
+    # Possessive: a long run of X or * must not be re-partitioned (exponential backtracking).
+    Rule("masked", rf"{B0}(?<![*•])(?<![Xx*•][ -])(?:[Xx*•]{{2,}}+[ -]?+)++"
+         r"(?P<mk_digits>\d{2,6})(?!\d)", codes.masked),
     Rule("phone", r"(?<![\w+])\+(?P<ph>\d[\d -]{7,18}\d)(?!\d)", codes.phone_international),
     Rule("date_iso", rf"{B0}(?P<di_y>\d{{4}})-(?P<di_m>\d\d)-(?P<di_d>\d\d)(?![\d-])",
          clock.date_iso),
