@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 BENCHMARKS = [
+    ["benchmarks.normalize"],
     ["benchmarks.demo"],
     ["benchmarks.codec_cpu"],
     ["benchmarks.streaming"],

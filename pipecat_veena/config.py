@@ -25,6 +25,11 @@ class EngineConfig:
             milliseconds on GPU), and use it; see ``pipecat-veena calibrate``.
         max_part_chars: long text is split into parts of at most this many characters (None:
             the checkpoint's ``max_part_chars`` from voices.json, else 220).
+        normalize: speak numbers, money, dates, times, codes and symbols as words (Hindi or
+            Indian English per sentence, see ``pipecat_veena.normalize``) before the model sees
+            the text; a request may turn it off (``stream(..., normalize=False)``).
+        lexicon: user respellings applied first when normalising: a JSON file path or a dict
+            ``{"*"|"hi"|"en": {term: spoken}}`` (see ``pipecat_veena.normalize.Lexicon``).
         pin_voices: reuse the voice print (generated globals) of each voice's first request
             that completed cleanly for every later utterance of that voice (no drift between
             sentences or calls, and fewer tokens before first audio).
@@ -55,6 +60,8 @@ class EngineConfig:
     stream: StreamConfig | None = None
     calibrate_seams_db: float | None = None
     max_part_chars: int | None = None
+    normalize: bool = True
+    lexicon: str | Path | dict | None = None
     pin_voices: bool = True
     voices_file: Path | None = None
     constrain_grammar: bool = True

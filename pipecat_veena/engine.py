@@ -1,6 +1,7 @@
 """VeenaEngine: one shared, in-process engine turning text into streamed audio chunks.
 
-Flow of one request: text -> parts (sentences within a length budget) -> prompt ids -> vLLM
+Flow of one request: text -> spoken form (numbers, dates, codes as words; pipecat_veena.normalize)
+-> parts (sentences within a length budget) -> prompt ids -> vLLM
 tokens -> parser (globals / semantics, or SNAC codes) -> StreamDecoder windows -> DecodeBatcher
 (codec on a worker thread, batched across streams) -> int16 PCM chunks at the codec's rate.
 All state is per request. The engine knows nothing of Pipecat: the service, the CLI and the
@@ -26,6 +27,8 @@ from pipecat_veena.config import EngineConfig
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
 from pipecat_veena.formats import ModelFormat, load_format, load_tokenizer
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
+from pipecat_veena.normalize import LANGUAGES, Lexicon
+from pipecat_veena.normalize import normalize as normalize_text
 from pipecat_veena.streaming import StreamConfig
 from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, split_text
 from pipecat_veena.utterance import AudioChunk, EngineParts, Utterance
@@ -68,6 +71,7 @@ class VeenaEngine:
         self._parts: EngineParts | None = None
         self._inflight: dict[str, Utterance] = {}
         self._requests = 0
+        self._lexicon = Lexicon.load(config.lexicon)  # a bad lexicon fails here, not mid-call
 
     def __str__(self) -> str:
         return f"VeenaEngine({Path(self.config.checkpoint).name})"
@@ -308,6 +312,8 @@ class VeenaEngine:
 
     def check_options(self, **options: Any) -> None:
         """Raise ValueError naming the problem when request options cannot work."""
+        options.pop("normalize", None)
+        _check_language(options.pop("language", "auto"))
         max_tokens = options.pop("max_tokens", None)
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
@@ -315,7 +321,14 @@ class VeenaEngine:
 
     # -- streaming -------------------------------------------------------------------------
     async def stream(
-        self, text: str, voice: str | None = None, *, request_id: str | None = None, **sampling
+        self,
+        text: str,
+        voice: str | None = None,
+        *,
+        request_id: str | None = None,
+        normalize: bool | None = None,
+        language: str = "auto",
+        **sampling,
     ) -> AsyncIterator[AudioChunk]:
         """Speak ``text``: yields int16 PCM chunks at the codec's rate as they are decoded.
 
@@ -326,6 +339,9 @@ class VeenaEngine:
             text: what to say (any length: long text is split into parts, one voice throughout).
             voice: a name from ``voices`` (None: the default).
             request_id: prefix of the LLM request ids (e.g. the Pipecat context id).
+            normalize: speak numbers, dates, codes and symbols as words (None: the config's).
+                Only the model's text changes: callers keep reporting the text they passed.
+            language: "auto" (per sentence, from its script), "hi" or "en" for normalising.
             **sampling: temperature, top_k, top_p, repetition_penalty, max_tokens, seed.
 
         Raises:
@@ -335,14 +351,18 @@ class VeenaEngine:
             EngineNotRunningError, EngineDeadError: the engine cannot serve.
         """
         self._check_running()
+        _check_language(language)
         fmt = self._require_format()
         voice_obj = fmt.voices.resolve(voice)
         max_tokens = sampling.pop("max_tokens", None)
         options = self.sampling(**sampling)
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        spoken = fmt.clean_text(text)  # injected control strings must not shape the parts either
+        if self.config.normalize if normalize is None else normalize:
+            spoken = normalize_text(spoken, language, lexicon=self._lexicon)  # per sentence
         parts = split_text(
-            fmt.clean_text(text),  # injected control strings must not shape the parts either
+            spoken,
             self.config.max_part_chars or fmt.voices.max_part_chars or DEFAULT_MAX_PART_CHARS,
         )
         if not parts:
@@ -369,6 +389,11 @@ class VeenaEngine:
         for request in hits:
             await request.abort()
         return len(hits)
+
+
+def _check_language(language: str) -> None:
+    if language not in LANGUAGES:
+        raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
 
 
 def load_codec(layout: Any, cfg: EngineConfig) -> AudioCodec:
