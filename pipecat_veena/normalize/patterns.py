@@ -61,6 +61,9 @@ NEG = r"(?:(?<![\w\d.,/%-])[-−])"
 DASH = r"\s?[-–—]\s?"
 
 MONTH = alternation(MONTHS)
+#: The dot of an abbreviated month ("Aug."), unless it also ends the sentence (end of text, or a
+#: capital or Devanagari letter next): then it stays in the text as the full stop it also is.
+MONTH_DOT = r"(?:\.(?!\s*$|\s+[A-Z\u0900-\u097F]))?"
 SCALE = alternation(SCALES)
 MONEY_SCALE = alternation(MONEY_SCALES)
 UNIT = alternation(UNITS)

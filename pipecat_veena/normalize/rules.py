@@ -99,12 +99,12 @@ RULES: tuple[Rule, ...] = (
     Rule("date_numeric", rf"{B0}(?P<dn_a>\d{{1,2}})(?P<dn_sep>[/.-])(?P<dn_b>\d{{1,2}})"
          r"(?P=dn_sep)(?P<dn_y>\d{4}|\d{2})(?!\d|[/.-]\d)", clock.date_numeric),
     Rule("date_day_month", rf"{B0}(?P<dt_d>\d{{1,2}}){p.EN_ORDINAL}?(?:\s+of)?[\s-]+"
-         rf"(?P<dt_m>{p.MONTH}){B1}\.?(?:,?[\s-]+(?P<dt_y>\d{{4}})(?!\d))?",
+         rf"(?P<dt_m>{p.MONTH}){B1}{p.MONTH_DOT}(?:,?[\s-]+(?P<dt_y>\d{{4}})(?!\d))?",
          clock.date_day_month),
-    Rule("date_month_day", rf"{B0}(?P<dm_m>{p.MONTH}){B1}\.?\s+(?P<dm_d>\d{{1,2}})"
+    Rule("date_month_day", rf"{B0}(?P<dm_m>{p.MONTH}){B1}{p.MONTH_DOT}\s+(?P<dm_d>\d{{1,2}})"
          rf"(?:{p.EN_ORDINAL})?{B1}(?:(?P<dm_c>,)?\s+(?P<dm_y>\d{{4}})(?!\d))?",
          clock.date_month_day),
-    Rule("month_year", rf"{B0}(?P<my_m>{p.MONTH}){B1}\.?,?\s+(?P<my_y>\d{{4}})(?!\d)",
+    Rule("month_year", rf"{B0}(?P<my_m>{p.MONTH}){B1}{p.MONTH_DOT},?\s+(?P<my_y>\d{{4}})(?!\d)",
          clock.month_year),
     Rule("time", rf"{B0}(?P<t_h>[01]?\d|2[0-3])(?P<t_sep>[:.])(?P<t_m>[0-5]\d)"
          rf"(?::(?P<t_s>[0-5]\d))?(?!\d)(?:\s?(?P<t_ap>{p.AMPM}))?(?:\s?(?P<t_bj>{p.BAJE}))?",
