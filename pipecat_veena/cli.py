@@ -47,6 +47,8 @@ async def _say_async(args: argparse.Namespace, checkpoint: Path) -> int:
             voice=args.voice,
             sample_rate=args.sample_rate,
             seed=args.seed,
+            language=None if args.language == "auto" else args.language,
+            normalize=False if args.no_normalize else None,
         )
     finally:
         await engine.shutdown()
@@ -146,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--voice", default=None, help="voice name (default: the model's)")
     say.add_argument("--sample-rate", type=int, default=None, help="WAV rate (default: codec's)")
     say.add_argument("--seed", type=int, default=None, help="sampling seed")
+    say.add_argument(
+        "--language",
+        choices=("auto", "hi", "en"),
+        default="auto",
+        help="language of spoken numbers and dates (auto: per sentence, from its script)",
+    )
+    say.add_argument(
+        "--no-normalize", action="store_true", help="pass digits and symbols to the model as is"
+    )
     say.add_argument("--device", default="auto", help="codec device: auto, cpu, cuda")
     say.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     say.set_defaults(func=_say)

@@ -98,6 +98,8 @@ class VeenaTTSService(TTSService):
         seed: int | None = None,
         pitch: str | None = None,
         speed: str | None = None,
+        language: Language | str | None = None,
+        normalize: bool | None = None,
         settings: Settings | None = None,
         **kwargs: Any,
     ) -> None:
@@ -115,6 +117,10 @@ class VeenaTTSService(TTSService):
             seed: sampling seed (None: random).
             pitch: pitch level of Spark controllable voices.
             speed: speed level of Spark controllable voices.
+            language: the language numbers, dates and codes are spoken in (``Language.HI`` or
+                ``Language.EN``, any region); None: per sentence, from its script.
+            normalize: speak numbers, dates, codes and symbols as words (None: the engine's
+                setting). TTSTextFrames always carry the text as written.
             settings: a settings delta applied over these values.
             **kwargs: passed to ``TTSService`` (e.g. ``text_transforms``, ``name``).
 
@@ -134,7 +140,7 @@ class VeenaTTSService(TTSService):
         defaults = self.Settings(
             model=engine.model_name,
             voice=voice,
-            language=None,
+            language=language,
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,
@@ -154,6 +160,7 @@ class VeenaTTSService(TTSService):
             **kwargs,
         )
         self._engine = engine
+        self._normalize = normalize
         self._dead_reported = False
         self._check_settings()
         # Runs after any user transforms: unspeakable text then never opens an audio context.
@@ -164,8 +171,13 @@ class VeenaTTSService(TTSService):
         return True
 
     def language_to_service_language(self, language: Language) -> str | None:
-        """The models read Hindi, English and code-mixed text as written: no language switch."""
-        return None
+        """The text normaliser's language for ``language``: "hi", "en", or None (other codes).
+
+        The models read Hindi, English and code-mixed text as written; the language only picks
+        the words numbers, dates and codes are spoken in (None: per sentence, from its script).
+        """
+        code = str(language).lower()
+        return next((lang for lang in ("hi", "en") if code.split("-")[0] == lang), None)
 
     @property
     def engine(self) -> SpeechEngine:
@@ -228,6 +240,17 @@ class VeenaTTSService(TTSService):
     def _sampling(self) -> dict[str, Any]:
         return {name: getattr(self._settings, name) for name in _SAMPLING_FIELDS}
 
+    def _options(self) -> dict[str, Any]:
+        """Everything ``engine.stream`` takes besides text and voice."""
+        language = self._settings.language
+        options = {
+            **self._sampling(),
+            "language": language if language in ("hi", "en") else "auto",
+        }
+        if self._normalize is not None:
+            options["normalize"] = self._normalize
+        return options
+
     async def tts_process_generator(
         self, context_id: str, generator: AsyncGenerator[Frame | None, None]
     ) -> None:
@@ -257,7 +280,7 @@ class VeenaTTSService(TTSService):
         spoke = False
         try:
             stream = self._engine.stream(
-                text, self._voice_name(), request_id=context_id, **self._sampling()
+                text, self._voice_name(), request_id=context_id, **self._options()
             )
             async with aclosing(stream) as chunks:
                 async for chunk in chunks:

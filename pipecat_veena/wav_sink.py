@@ -126,6 +126,8 @@ async def say_to_wav(
     voice: str | None = None,
     sample_rate: int | None = None,
     seed: int | None = None,
+    language: str | None = None,
+    normalize: bool | None = None,
 ) -> SayResult:
     """Speak ``text`` with a started engine through a real Pipecat pipeline into a WAV file.
 
@@ -136,13 +138,16 @@ async def say_to_wav(
         voice: a voice of the engine (None: its default).
         sample_rate: WAV rate (None: the codec's rate); audio is resampled to it.
         seed: sampling seed for reproducible output.
+        language: "hi" or "en" to speak numbers and dates in that language (None: per
+            sentence, from its script).
+        normalize: speak numbers, dates and codes as words (None: the engine's setting).
 
     Returns:
         The file, its length and the timings.
     """
     rate = sample_rate or engine.sample_rate
     collector = ErrorCollector()
-    tts = VeenaTTSService(engine, voice=voice, seed=seed)
+    tts = VeenaTTSService(engine, voice=voice, seed=seed, language=language, normalize=normalize)
     sink = WavSink(path, rate)
     worker = PipelineWorker(
         Pipeline([collector, tts, sink]),

@@ -45,6 +45,7 @@ from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.transcriptions.language import Language
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.service import VeenaTTSService
@@ -437,4 +438,26 @@ async def test_first_chunk_reaches_the_wire_at_once_at_every_rate(tmp_path, rate
     assert seen_before_gate, f"{rate} Hz: no audio before the engine's second chunk"
     samples = sum(len(f.audio) for f in _audio(down)) // 2
     assert samples == round(60 * 320 * rate / 16000)  # nothing lost or added at the joins
+    await engine.shutdown()
+
+
+async def test_language_and_normalize_reach_the_engine(tmp_path):
+    engine = await _engine(tmp_path)
+    encoder = engine._format.encoder
+    tts = VeenaTTSService(engine, language=Language.EN_IN, normalize=False)
+    assert tts._options()["language"] == "en" and tts._options()["normalize"] is False
+    await run_test(
+        tts,
+        frames_to_send=[
+            TTSSpeakFrame("Pay 500 now."),
+            TTSUpdateSettingsFrame(delta=VeenaTTSService.Settings(language=Language.HI_IN)),
+        ],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    assert tts._options()["language"] == "hi"
+    digits = encoder.user_text("Pay 500 now.")
+    prompts = engine._generator.prompts
+    assert any(p[k : k + len(digits)] == digits for p in prompts for k in range(len(p)))
+    spoken = VeenaTTSService(engine)  # the engine's default: normalised, language per sentence
+    assert spoken._options()["language"] == "auto" and "normalize" not in spoken._options()
     await engine.shutdown()
