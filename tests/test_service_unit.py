@@ -7,7 +7,6 @@ path can be scripted; test_service_real.py runs the same service on the real eng
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import zlib
 from contextlib import aclosing
@@ -394,16 +393,20 @@ class _GatedGenerator(ScriptedGenerator):
         super().__init__(script, step=1)
         self.head = head
         self.gate = asyncio.Event()
+        self.timed_out = False  # nobody opened the gate: no audio came out of the first chunk
 
     async def generate(self, prompt_ids, options, request_id):
         sent = 0
         async with aclosing(super().generate(prompt_ids, options, request_id)) as deltas:
             async for delta in deltas:
                 sent += len(delta.token_ids)
-                if sent > self.head:
-                    with contextlib.suppress(TimeoutError):
+                if sent > self.head and not self.gate.is_set():
+                    try:
                         async with asyncio.timeout(5):
                             await self.gate.wait()
+                    except TimeoutError:
+                        self.timed_out = True
+                        self.gate.set()
                 yield delta
 
 
@@ -435,7 +438,9 @@ async def test_first_chunk_reaches_the_wire_at_once_at_every_rate(tmp_path, rate
         pipeline_params=PipelineParams(audio_out_sample_rate=rate),
         observers=[_Opener()],
     )
-    assert seen_before_gate, f"{rate} Hz: no audio before the engine's second chunk"
+    assert seen_before_gate and not generator.timed_out, (
+        f"{rate} Hz: no audio before the engine's second chunk"
+    )
     samples = sum(len(f.audio) for f in _audio(down)) // 2
     assert samples == round(60 * 320 * rate / 16000)  # nothing lost or added at the joins
     await engine.shutdown()
