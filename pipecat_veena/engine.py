@@ -351,13 +351,11 @@ class VeenaEngine:
             EngineNotRunningError, EngineDeadError: the engine cannot serve.
         """
         self._check_running()
-        _check_language(language)
         fmt = self._require_format()
         voice_obj = fmt.voices.resolve(voice)
+        self.check_options(language=language, **sampling)
         max_tokens = sampling.pop("max_tokens", None)
         options = self.sampling(**sampling)
-        if max_tokens is not None and max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         spoken = fmt.clean_text(text)  # injected control strings must not shape the parts either
         if self.config.normalize if normalize is None else normalize:
             spoken = normalize_text(spoken, language, lexicon=self._lexicon)  # per sentence

@@ -127,10 +127,6 @@ class EngineThread:
         """Canonical name of ``voice`` (raises UnknownVoiceError)."""
         return self.engine.check_voice(voice)
 
-    def sampling(self, **overrides: Any) -> Any:
-        """The family's default sampling with ``overrides`` (raises ValueError)."""
-        return self.engine.sampling(**overrides)
-
     def check_options(self, **options: Any) -> None:
         """Raise ValueError when request options cannot work."""
         self.engine.check_options(**options)
