@@ -119,3 +119,40 @@ def test_spec_round_trip_and_errors() -> None:
 def test_rule_inversion() -> None:
     rule = Rule(((10, 20),), invert=True)
     assert rule.allows(5) and not rule.allows(10) and not rule.allows(19) and rule.allows(20)
+
+
+def test_vllm_processor_masks_each_row_by_its_state_and_follows_batch_moves() -> None:
+    """The vLLM logits processor: rows without a grammar are untouched, rows with one allow only
+    what their state allows, states advance with the output ids, and batch moves are followed."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.v1.sample.logits_processor import MoveDirectionality
+
+    from pipecat_veena.generation.vllm_grammar import EXTRA_ARGS_KEY, GrammarLogitsProcessor
+
+    ids = spark_ids()
+    grammar = _bicodec("globals")
+    with_grammar = SimpleNamespace(extra_args={EXTRA_ARGS_KEY: grammar.to_spec()})
+    plain = SimpleNamespace(extra_args=None)
+    processor = GrammarLogitsProcessor(None, torch.device("cpu"), False)
+    outputs = [[], [], []]
+    added = [(0, with_grammar, None, outputs[0]), (1, plain, None, outputs[1])]
+    processor.update_state(SimpleNamespace(removed=[], added=added, moved=[]))
+
+    def allowed(row: int) -> list[int]:
+        logits = processor.apply(torch.zeros(3, VOCAB))
+        return torch.nonzero(torch.isfinite(logits[row])).flatten().tolist()
+
+    assert allowed(0) == list(range(ids.global_base, ids.global_base + 4096))
+    assert len(allowed(1)) == VOCAB  # no grammar: untouched
+    outputs[0].extend([ids.global_base] * 32)  # the 32 globals: now only end_global
+    assert allowed(0) == [ids.marker("end_global_token")]
+    outputs[0].extend([ids.marker("end_global_token"), ids.marker("start_semantic_token")])
+    semantic = allowed(0)
+    assert ids.eos in semantic and ids.semantic_base in semantic and ids.global_base not in semantic
+    swap = SimpleNamespace(removed=[], added=[], moved=[(0, 2, MoveDirectionality.SWAP)])
+    processor.update_state(swap)  # the grammar row now sits at index 2
+    assert len(allowed(0)) == VOCAB and allowed(2) == semantic
+    processor.update_state(SimpleNamespace(removed=[2], added=[], moved=[]))
+    assert len(allowed(2)) == VOCAB

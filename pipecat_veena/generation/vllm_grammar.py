@@ -2,17 +2,18 @@
 
 Loaded into vLLM's engine process by name (``VllmGenerator`` passes this class in
 ``logits_processors``); a request opts in with ``SamplingParams.extra_args["veena_grammar"]``
-(a grammar's ``to_spec()``). Each grammar is compiled once into an additive bias table of shape
-(rules, vocab) holding 0 for allowed ids and -inf for the rest; at every step each grammar
-request's row gets the bias row of its current state in one indexed add per grammar, so the
-cost does not grow with the vocabulary on the Python side. States advance from the request's
-own output ids, read right before sampling (vLLM keeps them current for custom processors).
+(a grammar's ``to_spec()``). Every grammar's rules are compiled once into rows of one boolean
+table of shape (1 + rules, vocab), True where a rule forbids an id (row 0 forbids nothing: rows
+of the batch without a grammar). At every step each batch row picks its state's table row and
+one ``masked_fill_`` over the whole batch applies them all: one gather and one pass over the
+logits, whatever the batch holds. States advance from each request's own output ids, read
+right before sampling (vLLM keeps them current for custom processors).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -47,20 +48,14 @@ class _Tracked:
             self.seen += 1
 
 
-@dataclass
-class _Compiled:
-    grammar: Grammar
-    bias: torch.Tensor | None = None  # (rules, vocab), built on the first apply
-    rows: list[int] = field(default_factory=list)
-    rules: list[int] = field(default_factory=list)
-
-
 class GrammarLogitsProcessor(LogitsProcessor):
     """Masks every id the request's codec grammar forbids in its current state."""
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
         self._device = device
-        self._compiled: dict[str, _Compiled] = {}
+        self._grammars: dict[str, Grammar] = {}  # by spec key, in compile order
+        self._offsets: dict[str, int] = {}  # first table row of each grammar's rules
+        self._table: torch.Tensor | None = None  # (1 + rules, vocab) bool: True = forbidden
         self._tracked: dict[int, _Tracked] = {}
 
     @classmethod
@@ -86,11 +81,11 @@ class GrammarLogitsProcessor(LogitsProcessor):
                 self._tracked.pop(index, None)
                 continue
             key = json.dumps(spec, sort_keys=True)
-            compiled = self._compiled.get(key)
-            if compiled is None:
-                compiled = self._compiled[key] = _Compiled(grammar_from_spec(spec))
-                logger.trace(f"grammar compiled: {spec.get('kind')} ({len(self._compiled)} known)")
-            grammar = compiled.grammar
+            grammar = self._grammars.get(key)
+            if grammar is None:
+                grammar = self._grammars[key] = grammar_from_spec(spec)
+                self._table = None  # rebuilt with the new grammar's rules at the next step
+                logger.trace(f"grammar compiled: {spec.get('kind')} ({len(self._grammars)} known)")
             self._tracked[index] = _Tracked(key, grammar, output, grammar.initial())
         for a, b, direction in batch_update.moved:
             first, second = self._tracked.pop(a, None), self._tracked.pop(b, None)
@@ -100,37 +95,36 @@ class GrammarLogitsProcessor(LogitsProcessor):
                 self._tracked[a] = second
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        """Add each grammar request's bias row (0 allowed, -inf forbidden) to its logits row."""
+        """Set every id a row's grammar state forbids to -inf (rows without a grammar: none)."""
         if not self._tracked:
             return logits
-        for compiled in self._compiled.values():
-            compiled.rows.clear()
-            compiled.rules.clear()
+        if self._table is None or self._table.shape[1] != logits.shape[1]:
+            self._build_table(logits.shape[1])
+        rows = [0] * logits.shape[0]
         for index, tracked in self._tracked.items():
             tracked.catch_up()
-            compiled = self._compiled[tracked.key]
-            compiled.rows.append(index)
-            compiled.rules.append(tracked.state[0])
-        for compiled in self._compiled.values():
-            if not compiled.rows:
-                continue
-            if compiled.bias is None or compiled.bias.shape[1] != logits.shape[1]:
-                compiled.bias = _bias_table(compiled.grammar, logits.shape[1], logits.dtype)
-                compiled.bias = compiled.bias.to(self._device)
-            rows = torch.tensor(compiled.rows, device=logits.device)
-            rules = torch.tensor(compiled.rules, device=logits.device)
-            logits[rows] += compiled.bias[rules]
-        return logits
+            if index < len(rows):
+                rows[index] = self._offsets[tracked.key] + tracked.state[0]
+        picked = self._table[torch.tensor(rows, device=self._table.device)]  # (batch, vocab)
+        return logits.masked_fill_(picked, float("-inf"))
+
+    def _build_table(self, vocab: int) -> None:
+        tables, offset = [torch.zeros(1, vocab, dtype=torch.bool)], 1
+        for key, grammar in self._grammars.items():
+            self._offsets[key] = offset
+            tables.append(_forbidden(grammar, vocab))
+            offset += len(grammar.rules)
+        self._table = torch.cat(tables).to(self._device)
 
 
-def _bias_table(grammar: Grammar, vocab: int, dtype: torch.dtype) -> torch.Tensor:
-    """(rules, vocab) additive bias: 0 where a rule allows an id, -inf elsewhere."""
+def _forbidden(grammar: Grammar, vocab: int) -> torch.Tensor:
+    """(rules, vocab) bool: True where a rule forbids an id."""
     rules = grammar.rules
-    table = torch.full((len(rules), vocab), float("-inf"), dtype=dtype)
+    table = torch.ones((len(rules), vocab), dtype=torch.bool)
     for i, rule in enumerate(rules):
         row = table[i]
         if rule.invert:
-            row.zero_()
+            row.fill_(False)
         for lo, hi in rule.ranges:
-            row[max(lo, 0) : min(hi, vocab)] = float("-inf") if rule.invert else 0.0
+            row[max(lo, 0) : min(hi, vocab)] = rule.invert
     return table
