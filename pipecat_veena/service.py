@@ -1,4 +1,8 @@
-"""VeenaTTSService: the Pipecat TTSService over a shared, already-started VeenaEngine."""
+"""VeenaTTSService: the Pipecat TTSService over a shared, already-started SpeechEngine.
+
+The engine is a ``VeenaEngine`` in this process, or a ``RemoteVeenaEngine`` speaking to a
+``pipecat-veena serve`` server: the service sees only the ``SpeechEngine`` interface.
+"""
 
 from __future__ import annotations
 
@@ -16,13 +20,13 @@ from pipecat.transcriptions.language import Language
 from pipecat.utils.types import NOT_GIVEN, NotGiven
 
 from pipecat_veena.audio import ProgressiveFramer
-from pipecat_veena.engine import VeenaEngine
 from pipecat_veena.errors import (
     EngineDeadError,
     EngineNotRunningError,
     UnknownVoiceError,
     VeenaError,
 )
+from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.prompts import GENDERS, LEVELS
 from pipecat_veena.text import is_speakable
 
@@ -84,7 +88,7 @@ class VeenaTTSService(TTSService):
 
     def __init__(
         self,
-        engine: VeenaEngine,
+        engine: SpeechEngine,
         *,
         voice: str | None = None,
         sample_rate: int | None = None,
@@ -101,7 +105,8 @@ class VeenaTTSService(TTSService):
         """Create a service over a shared engine.
 
         Args:
-            engine: the process's VeenaEngine (started now or before the pipeline starts).
+            engine: the process's engine, started now or before the pipeline starts: a
+                ``VeenaEngine`` or a ``RemoteVeenaEngine`` (any ``SpeechEngine``).
             voice: a voice name of the engine's checkpoint (None: its default).
             sample_rate: output rate (None: the pipeline's ``audio_out_sample_rate``).
             temperature: sampling temperature (None: the model family's default).
@@ -119,7 +124,7 @@ class VeenaTTSService(TTSService):
             ValueError: an invalid pitch or speed level.
         """
         defaults = self.Settings(
-            model=str(engine.config.checkpoint),
+            model=engine.model_name,
             voice=voice,
             language=None,
             temperature=temperature,
@@ -158,7 +163,7 @@ class VeenaTTSService(TTSService):
         return None
 
     @property
-    def engine(self) -> VeenaEngine:
+    def engine(self) -> SpeechEngine:
         """The shared engine this service speaks through."""
         return self._engine
 
@@ -168,7 +173,7 @@ class VeenaTTSService(TTSService):
         if not self._engine.is_running:
             await self._report_dead(
                 EngineNotRunningError(
-                    f"{self}: the VeenaEngine is not running; start it once per process "
+                    f"{self}: the engine is not running; start it once per process "
                     "(await engine.start()) before running pipelines"
                 )
             )
