@@ -1,11 +1,12 @@
-"""LiveKit Agents TTS plugin over the in-process VeenaEngine (install the ``livekit`` extra).
+"""LiveKit Agents TTS plugin over a shared SpeechEngine (install the ``livekit`` extra).
 
 ``VeenaTTS`` speaks through an engine shared by the whole process: one-shot ``synthesize()``
 and streaming-text ``stream()`` (sentence by sentence while the LLM is still writing), audio
 pushed as the engine decodes it. LiveKit's retry rule holds: an engine error before any audio
 of an attempt is a retryable ``APIError``; after audio was pushed it is never retried.
 A LiveKit worker loads the engine in its (synchronous, loop-less) prewarm function through
-``pipecat_veena.engine_thread.EngineThread``, which serves every job's event loop.
+``pipecat_veena.engine_thread.EngineThread``, which serves every job's event loop, or speaks to a
+``pipecat-veena serve`` server through ``pipecat_veena.remote.RemoteVeenaEngine``.
 Nothing here imports Pipecat, and the engine knows nothing of LiveKit.
 """
 
@@ -15,7 +16,6 @@ import asyncio
 import weakref
 from contextlib import aclosing
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,9 +31,8 @@ from livekit.agents import (
 )
 from loguru import logger
 
-from pipecat_veena.engine import AudioChunk, VeenaEngine
-from pipecat_veena.engine_thread import EngineThread
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
+from pipecat_veena.interface import AudioChunk, SpeechEngine
 from pipecat_veena.text import is_speakable
 
 PROVIDER = "pipecat-veena"
@@ -67,7 +66,7 @@ class VeenaTTSOptions:
 
 
 class VeenaTTS(tts.TTS):
-    """LiveKit TTS over a shared VeenaEngine (or an ``EngineThread`` hosting one).
+    """LiveKit TTS over a shared SpeechEngine (a VeenaEngine, an ``EngineThread``, a remote one).
 
     Audio is int16 mono at the engine's codec rate (16 kHz BiCodec, 24 kHz SNAC), or at
     ``sample_rate`` through a streaming soxr resampler owned by each stream. Closing a stream
@@ -87,7 +86,7 @@ class VeenaTTS(tts.TTS):
 
     def __init__(
         self,
-        engine: VeenaEngine | EngineThread,
+        engine: SpeechEngine,
         *,
         voice: str | None = None,
         sample_rate: int | None = None,
@@ -117,7 +116,8 @@ class VeenaTTS(tts.TTS):
             VeenaTTSOptions(voice, temperature, top_k, top_p, repetition_penalty, seed)
         )
         self._tokenizer = sentence_tokenizer or tokenize.blingfire.SentenceTokenizer()
-        if not engine.config.pin_voices:
+        config = getattr(engine, "config", None)  # engines in this process only
+        if config is not None and not config.pin_voices:
             logger.warning(
                 f"{self.label}: stream() speaks each sentence as its own engine request; with "
                 "EngineConfig(pin_voices=False) a generated voice may change between sentences"
@@ -128,7 +128,7 @@ class VeenaTTS(tts.TTS):
     @property
     def model(self) -> str:
         """The checkpoint directory's name."""
-        return Path(self._engine.config.checkpoint).name
+        return self._engine.model_name
 
     @property
     def provider(self) -> str:
@@ -136,7 +136,7 @@ class VeenaTTS(tts.TTS):
         return PROVIDER
 
     @property
-    def engine(self) -> VeenaEngine | EngineThread:
+    def engine(self) -> SpeechEngine:
         """The shared engine this TTS speaks through."""
         return self._engine
 
@@ -157,7 +157,7 @@ class VeenaTTS(tts.TTS):
     def _checked(self, opts: VeenaTTSOptions) -> VeenaTTSOptions:
         if not self._engine.is_running:  # checked by the engine on the first call instead
             return opts
-        self._engine.sampling(**opts.sampling())
+        self._engine.check_options(**opts.sampling())
         return replace(opts, voice=self._engine.check_voice(opts.voice))
 
     def prewarm(self) -> None:

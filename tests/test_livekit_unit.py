@@ -47,6 +47,7 @@ class FakeEngine:
     """
 
     voices = ["female", "male"]
+    model_name = "fake-veena"
 
     def __init__(self, *, chunks=5, fail_at=None, failures=1, error=None, delay=0.0, running=True):
         self.config = SimpleNamespace(checkpoint=Path("/models/fake-veena"), pin_voices=True)
@@ -73,10 +74,9 @@ class FakeEngine:
             raise UnknownVoiceError(f"unknown voice {voice!r}")
         return voice or self.voices[0]
 
-    def sampling(self, **overrides):
-        if overrides.get("temperature", 1.0) <= 0:
+    def check_options(self, **options):
+        if options.get("temperature", 1.0) <= 0:
             raise ValueError("temperature must be > 0")
-        return overrides
 
     def stats(self) -> dict:
         return {"unfinished_requests": len(self.open), "active_streams": len(self.open)}
