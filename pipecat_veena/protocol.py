@@ -178,9 +178,32 @@ _FIELDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
 }
 
 
+def load_json(text: str | bytes, what: str) -> Any:
+    """``json.loads`` with every failure (syntax, nesting depth, encoding) as ``bad_json``.
+
+    Raises:
+        ProtocolError: ``bad_json``, naming ``what`` was not JSON.
+    """
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise ProtocolError(ErrorCode.BAD_JSON, f"{what} is not valid JSON ({reason})") from None
+
+
+def check_unicode(value: str, what: str, ref: str | None = None) -> None:
+    """Raise ``bad_message`` for text that is not valid Unicode (a lone surrogate escape)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProtocolError(
+            ErrorCode.BAD_MESSAGE, f"{what} is not valid Unicode (a lone surrogate)", ref
+        ) from None
+
+
 def to_json(message: Any) -> str:
     """One protocol message (a dataclass of this module) as a JSON text frame."""
-    return json.dumps(asdict(message), ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(asdict(message), separators=(",", ":"))
 
 
 def parse_client_message(text: str) -> ClientMessage:
@@ -189,10 +212,7 @@ def parse_client_message(text: str) -> ClientMessage:
     Raises:
         ProtocolError: bad JSON, an unknown type, a missing or mistyped field (naming it).
     """
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise ProtocolError(ErrorCode.BAD_JSON, f"the message is not valid JSON ({e})") from None
+    data = load_json(text, "the message")
     if not isinstance(data, dict):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "a message is a JSON object with a 'type'")
     kind = data.get("type")
@@ -232,6 +252,9 @@ def parse_client_message(text: str) -> ClientMessage:
                 uid,
             )
     fields = {k: v for k, v in data.items() if k != "type" and v is not None}
+    for name in ("text", "voice"):
+        if isinstance(fields.get(name), str):
+            check_unicode(fields[name], f"{kind}: '{name}'", uid)
     if kind == "speak":
         fields["options"] = check_option_types(fields.get("options") or {}, uid)
         rate = fields.get("sample_rate")

@@ -8,7 +8,6 @@ response starts, so errors up to then still get a proper status code and an Open
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,9 @@ from pipecat_veena.protocol import (
     ErrorCode,
     ProtocolError,
     check_option_types,
+    check_unicode,
     code_for,
+    load_json,
 )
 from pipecat_veena.server.audio_out import sse_audio_delta, sse_audio_done, sse_event, wav_header
 from pipecat_veena.server.http_stream import AudioPump, AudioStreamResponse, PumpStopped
@@ -87,15 +88,13 @@ def parse_speech_request(body: bytes) -> SpeechRequest:
     Raises:
         ProtocolError: bad JSON, a missing or mistyped field, an unsupported value.
     """
-    try:
-        data = json.loads(body)
-    except ValueError as e:
-        raise ProtocolError(ErrorCode.BAD_JSON, f"the body is not valid JSON ({e})") from None
+    data = load_json(body, "the body")
     if not isinstance(data, dict):
         raise _bad("the body must be a JSON object with 'input', 'voice' and 'model'")
     text = data.get("input")
     if not isinstance(text, str):
         raise _bad("'input' (the text to speak) is required and must be a string")
+    check_unicode(text, "'input'")
     if not isinstance(data.get("model", ""), str):
         raise _bad("'model' must be a string")
     voice = data.get("voice")
@@ -103,6 +102,8 @@ def parse_speech_request(body: bytes) -> SpeechRequest:
         voice = voice.get("id")
     if voice is not None and not isinstance(voice, str):
         raise _bad("'voice' must be a voice name (or an object with an 'id' string)")
+    if voice is not None:
+        check_unicode(voice, "'voice'")
     fmt = data.get("response_format") or "wav"
     if not isinstance(fmt, str) or fmt.lower() not in MEDIA_TYPES:
         raise _bad(
