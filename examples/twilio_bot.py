@@ -1,15 +1,21 @@
 """A Twilio phone bot: FastAPI serves TwiML and the media WebSocket; audio at 8 kHz mu-law.
 
-One VeenaEngine is started in the app's lifespan (once per process) and every call gets its own
-pipeline and VeenaTTSService over it. The pipeline here only speaks (a greeting and an answer)
-so it runs without any API key; a real agent puts STT and an LLM between transport.input() and
-the TTS, e.g. ``[transport.input(), stt, user_aggregator, llm, tts, transport.output(),
-assistant_aggregator]`` with any Pipecat STT (Deepgram, Whisper) and LLM (OpenAI, a local vLLM).
+One engine is started in the app's lifespan (once per process) and every call gets its own
+pipeline and VeenaTTSService over it: a VeenaEngine in this process, or, with VEENA_SERVER_URL
+set, a RemoteVeenaEngine speaking to a ``pipecat-veena serve`` server that many bot processes
+share (then this process loads no model at all). The pipeline here only speaks (a greeting and
+an answer) so it runs without any API key; a real agent puts STT and an LLM between
+transport.input() and the TTS, e.g. ``[transport.input(), stt, user_aggregator, llm, tts,
+transport.output(), assistant_aggregator]`` with any Pipecat STT (Deepgram, Whisper) and LLM
+(OpenAI, a local vLLM).
 
 Run:
     .venv/bin/pip install -e '.[twilio]'
     VEENA_MODEL=/models/Spark-TTS-0.5B .venv/bin/uvicorn examples.twilio_bot:app --port 8765
     ngrok http 8765   # then set the Twilio number's voice webhook to POST https://<host>/
+
+    # or against a speech server (pipecat-veena serve --model ... --port 8000 on the GPU box):
+    VEENA_SERVER_URL=ws://tts-host:8000 VEENA_API_KEY=... .venv/bin/uvicorn examples.twilio_bot:app
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPI
 from pipecat.workers.runner import WorkerRunner
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
+from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.service import VeenaTTSService
 
 TWILIO_RATE = 8000
@@ -46,10 +53,20 @@ def _checkpoint() -> Path:
     return build_demo_checkpoint("spark")
 
 
+def make_engine() -> SpeechEngine:
+    """A speech server's engine (VEENA_SERVER_URL, VEENA_API_KEY) or one in this process."""
+    url = os.environ.get("VEENA_SERVER_URL")
+    if url:
+        from pipecat_veena.remote import RemoteVeenaEngine
+
+        return RemoteVeenaEngine(url, api_key=os.environ.get("VEENA_API_KEY"))
+    return VeenaEngine(EngineConfig(checkpoint=_checkpoint()))
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI):
     """Start the one shared engine before serving calls; shut it down at exit."""
-    app.state.engine = VeenaEngine(EngineConfig(checkpoint=_checkpoint()))
+    app.state.engine = make_engine()
     await app.state.engine.start()
     try:
         yield

@@ -35,3 +35,14 @@ async def test_twilio_twiml_points_at_the_websocket():
     scope = {"type": "http", "method": "POST", "path": "/", "headers": [(b"host", b"bot.example")]}
     response = await module.twiml(Request(scope))
     assert b'<Stream url="wss://bot.example/ws">' in response.body
+
+
+@pytest.mark.parametrize("name", ["twilio_bot", "daily_bot"])
+def test_bots_take_a_speech_server_url(name, monkeypatch):
+    from pipecat_veena.remote import RemoteVeenaEngine
+
+    monkeypatch.setenv("VEENA_SERVER_URL", "http://tts-host:8000")
+    monkeypatch.setenv("VEENA_API_KEY", "k")
+    engine = _load(name).make_engine()
+    assert isinstance(engine, RemoteVeenaEngine)
+    assert engine.model_name == "tts-host:8000" and not engine.is_running
