@@ -495,3 +495,12 @@ async def test_fuzz_every_malformed_message_and_request_gets_an_error():
         async with httpx.AsyncClient(base_url=server.url) as http:
             assert (await http.get("/health")).status_code == 200
         assert server.state.slots.active == 0 and not engine.open
+
+
+async def test_server_sockets_disable_nagle():
+    """A small message (a done) followed by audio must not wait for a delayed ACK (~40 ms):
+    the listening socket says TCP and sets TCP_NODELAY, which accepted sockets inherit."""
+    async with serving(FakeSpeechEngine()) as server:
+        (listener,) = server._server.servers[0].sockets
+        assert listener.proto == socket.IPPROTO_TCP
+        assert listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)

@@ -84,8 +84,12 @@ class ServerHandle:
     async def start(self) -> ServerHandle:
         """Bind, start serving and return once uvicorn accepts connections."""
         settings = self.state.settings
-        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say TCP, and without
+        # it a small message (a done) followed by audio waits ~40 ms for a delayed ACK (Nagle)
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((self.host, self._requested_port))
         self.port = sock.getsockname()[1]
         extra: dict[str, Any] = {} if self._configure_logging else {"log_config": None}
