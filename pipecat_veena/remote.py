@@ -227,9 +227,10 @@ class RemoteVeenaEngine:
         for attempt in (0, 1):
             uid = f"{prefix}-{next(self._ids)}"
             link = await self._link_for(attempt)
-            pending = link.open(Speak(id=uid, text=text, voice=voice, options=options))
+            pending = link.add(uid)
             audio = False
             try:
+                await link.speak(Speak(id=uid, text=text, voice=voice, options=options))
                 while not isinstance(item := await self._next(pending, uid), End):
                     audio = True
                     yield AudioChunk(item.pcm, self.sample_rate, item.tokens)
@@ -256,7 +257,8 @@ class RemoteVeenaEngine:
 
     async def _next(self, pending: Any, uid: str) -> Any:
         try:
-            return await asyncio.wait_for(pending.queue.get(), self.response_timeout_s)
+            async with asyncio.timeout(self.response_timeout_s):
+                return await pending.queue.get()
         except TimeoutError:
             raise ServerUnavailableError(
                 f"{uid}: no answer from the speech server for {self.response_timeout_s:g} s"

@@ -157,12 +157,25 @@ class Link:
         return task
 
     # -- utterances --------------------------------------------------------------------------
-    def open(self, speak: Speak) -> Pending:
-        """Send ``speak`` and return the utterance's inbox."""
-        pending = Pending(speak.id)
-        self.pending[speak.id] = pending
-        self._send(to_json(speak))
+    def add(self, uid: str) -> Pending:
+        """Register the inbox of utterance ``uid`` (before its ``speak`` is sent)."""
+        pending = Pending(uid)
+        self.pending[uid] = pending
         return pending
+
+    async def speak(self, speak: Speak) -> None:
+        """Send ``speak`` directly (one event-loop step less than the writer's queue).
+
+        A connection lost meanwhile ends the utterance's inbox with ``ServerUnavailableError``.
+        """
+        ws = self._ws
+        if ws is None:
+            pending = self.pending.get(speak.id)
+            if pending is not None:
+                pending.finish(ServerUnavailableError(f"not connected to {self.url}"))
+            return
+        with contextlib.suppress(ConnectionClosed):  # the reader fails the inbox
+            await ws.send(to_json(speak))
 
     def cancel(self, uid: str) -> None:
         """Ask the server to stop ``uid`` (no wait) and end its local iterator quietly."""

@@ -122,16 +122,15 @@ class AudioStreamResponse(StreamingResponse):
     async def stream_response(self, send: Send) -> None:
         """Send the head and body, each message within the slow-client deadline."""
         timeout = self.slow_client_timeout_s
+        head = {"type": "http.response.start", "status": self.status_code}
         try:
-            await asyncio.wait_for(
-                send({"type": "http.response.start", "status": self.status_code,
-                      "headers": self.raw_headers}),
-                timeout,
-            )  # fmt: skip
+            async with asyncio.timeout(timeout):
+                await send({**head, "headers": self.raw_headers})
             async for chunk in self.body_iterator:
-                message = {"type": "http.response.body", "body": chunk, "more_body": True}
-                await asyncio.wait_for(send(message), timeout)
-            await asyncio.wait_for(send({"type": "http.response.body", "body": b""}), timeout)
+                async with asyncio.timeout(timeout):
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            async with asyncio.timeout(timeout):
+                await send({"type": "http.response.body", "body": b""})
         except TimeoutError:
             self.outcome[0] = "disconnected"
             logger.warning(

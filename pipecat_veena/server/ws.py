@@ -40,6 +40,9 @@ CLOSE_POLICY, CLOSE_TRY_LATER, CLOSE_NORMAL = 1008, 1013, 1000
 class Outbox:
     """Messages waiting for the client, bounded in bytes: ``put`` waits while it is full.
 
+    One reader (the send loop); two events instead of a lock, so a message reaches the send
+    loop in one event-loop step.
+
     Args:
         limit: bytes that may wait (one message over it still fits into an empty box).
     """
@@ -48,39 +51,31 @@ class Outbox:
         self._items: collections.deque[bytes | str] = collections.deque()
         self._bytes = 0
         self._limit = limit
-        self._changed = asyncio.Condition()
+        self._filled = asyncio.Event()  # set while there are items
+        self._drained = asyncio.Event()  # set when room was made
 
     async def put(self, item: bytes | str) -> None:
         """Queue ``item``, waiting while the box is full."""
-        async with self._changed:
-            await self._changed.wait_for(
-                lambda: not self._bytes or self._bytes + len(item) <= self._limit
-            )
-            self._append(item)
+        while self._bytes and self._bytes + len(item) > self._limit:
+            self._drained.clear()
+            await self._drained.wait()
+        self.push_control(item)
 
-    def push_control(self, item: str) -> None:
-        """Queue a small control message now, over the limit if need be (one per utterance)."""
+    def push_control(self, item: bytes | str) -> None:
+        """Queue a message now, over the limit if need be (small control messages only)."""
         self._items.append(item)
         self._bytes += len(item)
-        asyncio.get_running_loop().create_task(self._notify())
-
-    def _append(self, item: bytes | str) -> None:
-        self._items.append(item)
-        self._bytes += len(item)
-        self._changed.notify_all()
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+        self._filled.set()
 
     async def get(self) -> bytes | str:
         """The oldest message, waiting for one."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: bool(self._items))
-            item = self._items.popleft()
-            self._bytes -= len(item)
-            self._changed.notify_all()
-            return item
+        while not self._items:
+            self._filled.clear()
+            await self._filled.wait()
+        item = self._items.popleft()
+        self._bytes -= len(item)
+        self._drained.set()
+        return item
 
 
 class Connection:
@@ -158,10 +153,11 @@ class Connection:
         while True:
             item = await self.outbox.get()
             try:
-                if isinstance(item, bytes):
-                    await asyncio.wait_for(self.ws.send_bytes(item), timeout)
-                else:
-                    await asyncio.wait_for(self.ws.send_text(item), timeout)
+                async with asyncio.timeout(timeout):  # (no extra task, unlike wait_for)
+                    if isinstance(item, bytes):
+                        await self.ws.send_bytes(item)
+                    else:
+                        await self.ws.send_text(item)
             except TimeoutError:
                 return "slow"
             except Exception:
@@ -174,7 +170,8 @@ class Connection:
                 idle if self.utterances else max(0.0, self.last_activity + idle - time.monotonic())
             )
             try:
-                message = await asyncio.wait_for(self.ws.receive(), wait)
+                async with asyncio.timeout(wait):
+                    message = await self.ws.receive()
             except TimeoutError:
                 if not self.utterances and time.monotonic() - self.last_activity >= idle:
                     return "idle"
