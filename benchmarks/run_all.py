@@ -19,6 +19,7 @@ BENCHMARKS = [
     ["benchmarks.engine_glue"],
     ["benchmarks.service", "--kind", "spark-tiny", "--concurrency", "1", "4", "16"],
     ["benchmarks.service", "--kind", "spark", "--concurrency", "1", "4"],
+    ["benchmarks.serve"],
 ]
 
 
