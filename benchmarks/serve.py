@@ -236,7 +236,7 @@ async def load(engine: VeenaEngine, url: str, counter: SemanticCounter, clients:
 
 def _codes(totals: dict) -> str:
     codes = {k[6:]: v for k, v in totals.items() if k.startswith("error ")}
-    return f"({', '.join(f'{k}: {v}' for k, v in codes.items())})" if codes else ""
+    return f" ({', '.join(f'{k}: {v}' for k, v in codes.items())})" if codes else ""
 
 
 async def warm_up(engine: VeenaEngine, url: str, counter: SemanticCounter, clients: int) -> dict:
@@ -313,7 +313,7 @@ async def main(args: argparse.Namespace) -> str:
             f"| {args.clients} clients x {args.duration:g} s, random cancels: utterances "
             f"completed / cancelled | {loaded.get('completed', 0)} / "
             f"{loaded.get('cancelled', 0)} ({loaded.get('audio_s', 0):.0f} s of audio) | |",
-            f"| ... errors | {loaded.get('errors', 0)} {_codes(loaded)} | 0 |",
+            f"| ... errors | {loaded.get('errors', 0)}{_codes(loaded)} | 0 |",
             f"| ... unfinished vLLM requests at the end | {loaded['unfinished']} | 0 |",
             f"| ... completed utterances whose audio is not the length its tokens say "
             f"| {loaded.get('length_mismatches', 0)} | 0 |",
@@ -322,8 +322,9 @@ async def main(args: argparse.Namespace) -> str:
             f"{', '.join(f'{r:.0f}' for r in loaded['rss'])} MB) | < 50 MB |",
             f"| ... Python heap growth over the run (tracemalloc: the server layer, the clients, "
             f"the engine's Python side) | {loaded['heap_mb']:+.2f} MB | |",
-            f"| ... before it, the same load as warm-up until RSS settled ({warm['seconds']:g} s) "
-            f"| {warm['rss'][0]:.0f} -> {loaded['rss'][0]:.0f} MB | |",
+            f"| ... before it, the same load as warm-up ({warm['seconds']:g} s: until a 10 s round "
+            f"adds < 10 MB, at most 90 s) | {warm['rss'][0]:.0f} -> {loaded['rss'][0]:.0f} MB "
+            "| |",
             f"| malformed messages and requests answered with an error | {fuzzed['answered']} / "
             f"{fuzzed['sent']}, server {'healthy' if fuzzed['healthy'] else 'NOT healthy'} "
             "after | all, >= 200 |",
@@ -336,7 +337,9 @@ async def main(args: argparse.Namespace) -> str:
             f"python -m benchmarks.serve --clients {args.clients} --duration {args.duration:g} "
             f"--rounds {args.rounds}",
             "Server, engine and clients in one process and event loop; the clients' own work "
-            "is in the loopback figures.\n\n" + body,
+            "is in the loopback figures. RSS grows while the engine warms up under concurrent "
+            "load (the codec meets new batch shapes; the in-process engine does the same "
+            "without the server), hence the warm-up before the measured run.\n\n" + body,
         )
     return body
 
