@@ -34,7 +34,7 @@ from pipecat_veena.errors import (
 from pipecat_veena.generation import SamplingOptions
 from pipecat_veena.prompts import Voice
 from pipecat_veena.protocol import STREAM_PATH, Ready, Speak, check_option_types
-from pipecat_veena.remote_link import End, Link
+from pipecat_veena.remote_link import BACKOFF_FIRST_S, BACKOFF_MAX_S, End, Link
 from pipecat_veena.utterance import AudioChunk
 from pipecat_veena.voices import VoiceBook
 
@@ -185,7 +185,7 @@ class RemoteVeenaEngine:
         start = (self._preferred + attempt) % n
         order = [self._links[(start + i) % n] for i in range(n)]
         deadline = time.monotonic() + self.connect_timeout_s
-        delay, errors = 0.05, {}
+        delay, errors = BACKOFF_FIRST_S, {}
         while True:
             for link in order:
                 try:
@@ -203,7 +203,7 @@ class RemoteVeenaEngine:
                     "is `pipecat-veena serve` running there, and the URL right?"
                 )
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            delay = min(delay * 2, BACKOFF_MAX_S)
 
     # -- streaming -------------------------------------------------------------------------
     async def stream(
