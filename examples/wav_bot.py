@@ -44,10 +44,7 @@ async def main(model: Path, voice: str | None, out_dir: Path, sample_rate: int) 
     finally:
         await engine.shutdown()
     for result in results:
-        logger.info(
-            f"{result.path}: {result.audio_seconds:.2f} s, first audio after "
-            f"{result.time_to_first_audio:.3f} s, real-time factor {result.real_time_factor:.2f}"
-        )
+        logger.info(result.summary())
 
 
 if __name__ == "__main__":

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 DEMO_NOTE = (
@@ -35,7 +37,10 @@ async def _say_async(args: argparse.Namespace, checkpoint: Path) -> int:
     from pipecat_veena.engine import EngineConfig, VeenaEngine
     from pipecat_veena.wav_sink import say_to_wav
 
-    engine = VeenaEngine(EngineConfig(checkpoint=checkpoint, device=args.device))
+    quiet = {} if args.verbose else {"engine_kwargs": {"use_tqdm_on_load": False}}
+    engine = VeenaEngine(
+        EngineConfig(checkpoint=checkpoint, device=args.device, generator_kwargs=quiet)
+    )
     try:
         await engine.start()
         result = await say_to_wav(
@@ -45,36 +50,58 @@ async def _say_async(args: argparse.Namespace, checkpoint: Path) -> int:
             voice=args.voice,
             sample_rate=args.sample_rate,
             seed=args.seed,
+            language=None if args.language == "auto" else args.language,
+            normalize=False if args.no_normalize else None,
         )
     finally:
         await engine.shutdown()
     for error in result.errors:
         print(f"error: {error}", file=sys.stderr)
     if result.audio_seconds == 0:
-        print("no audio was produced", file=sys.stderr)
+        print(result.summary(), file=sys.stderr)
         return 1
-    print(f"wrote {result.path} ({result.audio_seconds:.2f} s at {result.sample_rate} Hz)")
-    print(f"time to first audio: {result.time_to_first_audio * 1000:.0f} ms")
-    print(f"real-time factor: {result.real_time_factor:.2f} (below 1 is faster than real time)")
+    print(f"wrote {result.summary()}")
     return 0
 
 
+def _quiet(verbose: bool) -> None:
+    """Keep the output to what the user needs: our warnings and errors, vLLM's errors only.
+
+    vLLM's start-up warnings on CPU (no Triton, no tcmalloc, eager mode, tokenizer-less EOS)
+    say nothing a user of this command can act on; ``-v`` shows everything.
+    """
+    if verbose:
+        return
+    from loguru import logger
+
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING", format="{level}: {message}")
+    # inherited by vLLM's engine process too
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+    os.environ.setdefault("TORCH_LOGS", "-all")  # torch's own loggers: errors only
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    logging.getLogger("torch").setLevel(logging.ERROR)
+
+
 def _say(args: argparse.Namespace) -> int:
-    if args.model is None:
-        from pipecat_veena.demo import build_demo_checkpoint
-
-        checkpoint = build_demo_checkpoint("spark")
-        print(f"using the demo checkpoint {checkpoint}")
-        print(DEMO_NOTE)
-    else:
-        checkpoint = args.model
-    if not args.verbose:
-        from loguru import logger
-
-        logger.remove()
-        logger.add(sys.stderr, level="WARNING")
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    checkpoint = _demo_or(args.model)
+    _quiet(args.verbose)
+    _check_voice(checkpoint, args.voice)  # before the engine loads (tens of seconds)
     return asyncio.run(_say_async(args, checkpoint))
+
+
+def _check_voice(checkpoint: Path, voice: str | None) -> None:
+    """Raise CheckpointError / UnknownVoiceError now rather than after loading the engine."""
+    from pipecat_veena.checkpoint import detect_layout
+    from pipecat_veena.voices import spark_voices, veena_voices
+
+    layout = detect_layout(checkpoint)
+    if layout.family == "bicodec":
+        spark_voices(layout.root, 32).resolve(voice)
+    else:
+        veena_voices(layout.root).resolve(voice)
 
 
 def _demo_or(model: Path | None) -> Path:
@@ -137,18 +164,17 @@ async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: obj
 
 
 def _serve(args: argparse.Namespace) -> int:
-    try:
-        settings = _server_settings(args)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    from pipecat_veena.checkpoint import detect_layout
+
+    settings = _server_settings(args)  # a bad key file or voice map: one line, exit 2
     checkpoint = _demo_or(args.model)
-    if not args.verbose:
+    detect_layout(checkpoint)  # a bad model directory: the same, before the engine loads
+    _quiet(args.verbose)
+    if not args.verbose:  # the server's own lifecycle (ready, draining, stopped) at info
         from loguru import logger
 
         logger.remove()
         logger.add(sys.stderr, level="INFO")
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     return asyncio.run(_serve_async(args, checkpoint, settings))
 
 
@@ -192,6 +218,15 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--voice", default=None, help="voice name (default: the model's)")
     say.add_argument("--sample-rate", type=int, default=None, help="WAV rate (default: codec's)")
     say.add_argument("--seed", type=int, default=None, help="sampling seed")
+    say.add_argument(
+        "--language",
+        choices=("auto", "hi", "en"),
+        default="auto",
+        help="language of spoken numbers and dates (auto: per sentence, from its script)",
+    )
+    say.add_argument(
+        "--no-normalize", action="store_true", help="pass digits and symbols to the model as is"
+    )
     say.add_argument("--device", default="auto", help="codec device: auto, cpu, cuda")
     say.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     say.set_defaults(func=_say)
@@ -258,10 +293,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status (2: bad input, named in one line)."""
+    from pipecat_veena.errors import VeenaError
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except (VeenaError, ValueError, FileNotFoundError) as e:
+        print(f"pipecat-veena {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

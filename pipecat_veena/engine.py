@@ -1,6 +1,7 @@
 """VeenaEngine: one shared, in-process engine turning text into streamed audio chunks.
 
-Flow of one request: text -> parts (sentences within a length budget) -> prompt ids -> vLLM
+Flow of one request: text -> spoken form (numbers, dates, codes as words; pipecat_veena.normalize)
+-> parts (sentences within a length budget) -> prompt ids -> vLLM
 tokens -> parser (globals / semantics, or SNAC codes) -> StreamDecoder windows -> DecodeBatcher
 (codec on a worker thread, batched across streams) -> int16 PCM chunks at the codec's rate.
 All state is per request. The engine knows nothing of Pipecat: the service, the CLI and the
@@ -10,6 +11,7 @@ LiveKit plugin all sit on top of ``stream()``.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -23,8 +25,10 @@ from pipecat_veena.checkpoint import detect_layout
 from pipecat_veena.codecs.base import AudioCodec
 from pipecat_veena.config import EngineConfig
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
-from pipecat_veena.formats import ModelFormat, VoicePrint, load_format, load_tokenizer
+from pipecat_veena.formats import ModelFormat, load_format, load_tokenizer
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
+from pipecat_veena.normalize import LANGUAGES, Lexicon
+from pipecat_veena.normalize import normalize as normalize_text
 from pipecat_veena.streaming import StreamConfig
 from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, split_text
 from pipecat_veena.utterance import AudioChunk, EngineParts, Utterance
@@ -61,71 +65,114 @@ class VeenaEngine:
         self._format: ModelFormat | None = None
         self._batcher: Any = None
         self._stream_config: StreamConfig | None = None
-        self._pinned: dict[str, VoicePrint] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running = False
+        self._starting: asyncio.Future[None] | None = None
         self._parts: EngineParts | None = None
         self._inflight: dict[str, Utterance] = {}
         self._requests = 0
+        self._lexicon = Lexicon.load(config.lexicon)  # a bad lexicon fails here, not mid-call
 
     def __str__(self) -> str:
         return f"VeenaEngine({Path(self.config.checkpoint).name})"
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
-        """Load tokenizer, codec and LLM, then warm up; idempotent."""
+        """Load tokenizer, codec and LLM, then warm up; idempotent.
+
+        Concurrent callers share one start (a LiveKit worker prewarms every session's TTS);
+        a caller cancelled while waiting does not cancel it for the others. A start that fails
+        releases everything it started before raising; ``start()`` may then be called again,
+        as it may after ``shutdown()``.
+        """
         if self._running:
             return
+        if self._starting is None or self._starting.done():
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+
+    async def _start(self) -> None:
         from pipecat_veena.codecs.batching import DecodeBatcher
 
         cfg = self.config
-        layout = detect_layout(cfg.checkpoint)
-        if self._codec is None:
-            self._codec = await asyncio.to_thread(load_codec, layout, cfg)
-        tokenizer = await asyncio.to_thread(load_tokenizer, layout.llm_dir)
-        self._format = load_format(layout, tokenizer, self._codec.condition_size)
-        self._stream_config = cfg.stream or StreamConfig.for_codec(self._codec)
-        if cfg.calibrate_seams_db is not None:
-            from pipecat_veena.calibrate import calibrate_lookahead
+        try:
+            layout = detect_layout(cfg.checkpoint)
+            if self._codec is None:
+                self._codec = await asyncio.to_thread(load_codec, layout, cfg)
+            tokenizer = await asyncio.to_thread(load_tokenizer, layout.llm_dir)
+            pinned = self._format.voices.pinned if self._format else {}  # kept over a restart
+            self._format = load_format(layout, tokenizer, self._codec.condition_size)
+            self._format.voices.pinned.update(pinned)
+            if cfg.voices_file is not None:
+                self.load_voices(cfg.voices_file)
+            self._stream_config = await self._stream_settings()
+            if self._generator is None:
+                from pipecat_veena.generation.vllm_local import VllmGenerator
 
-            self._stream_config = await asyncio.to_thread(
-                calibrate_lookahead, self._codec, cfg.calibrate_seams_db, self._stream_config
+                self._generator = VllmGenerator(
+                    layout.llm_dir,
+                    max_model_len=cfg.max_model_len,
+                    max_num_seqs=cfg.max_num_seqs,
+                    **cfg.generator_kwargs,
+                )
+            await self._generator.start()
+            self._batcher = DecodeBatcher(
+                self._codec, max_batch=cfg.decode_max_batch, max_wait_ms=cfg.decode_max_wait_ms
             )
-            logger.info(
-                f"{self}: lookahead {self._stream_config.lookahead_frames} frames reaches "
-                f"{cfg.calibrate_seams_db} dB seams on these weights"
+            self._parts = EngineParts(
+                config=cfg,
+                fmt=self._format,
+                codec=self._codec,
+                generator=self._generator,
+                batcher=self._batcher,
+                stream_config=self._stream_config,
             )
-        if self._generator is None:
-            from pipecat_veena.generation.vllm_local import VllmGenerator
+            self._loop = asyncio.get_running_loop()
+            self._running = True
+            logger.debug(f"{self}: started ({layout.family}, {self._codec.sample_rate} Hz)")
+            if cfg.warmup:
+                # A fixed seed: every replica of a checkpoint pins the same default voice.
+                async for _ in self.stream("Hello.", request_id="warmup", seed=cfg.warmup_seed):
+                    pass
+        except BaseException as e:
+            logger.error(f"{self}: start failed ({type(e).__name__}: {e}); releasing what started")
+            await self._release()
+            raise
 
-            self._generator = VllmGenerator(
-                layout.llm_dir,
-                max_model_len=cfg.max_model_len,
-                max_num_seqs=cfg.max_num_seqs,
-                **cfg.generator_kwargs,
-            )
-        await self._generator.start()
-        self._batcher = DecodeBatcher(
-            self._codec, max_batch=cfg.decode_max_batch, max_wait_ms=cfg.decode_max_wait_ms
+    async def _stream_settings(self) -> StreamConfig:
+        cfg = self.config
+        stream = cfg.stream or StreamConfig.for_codec(self._codec)
+        if cfg.calibrate_seams_db is None:
+            return stream
+        from pipecat_veena.calibrate import calibrate_lookahead
+
+        stream = await asyncio.to_thread(
+            calibrate_lookahead, self._codec, cfg.calibrate_seams_db, stream
         )
-        self._parts = EngineParts(
-            config=cfg,
-            fmt=self._format,
-            codec=self._codec,
-            generator=self._generator,
-            batcher=self._batcher,
-            stream_config=self._stream_config,
-            pinned=self._pinned,
+        logger.info(
+            f"{self}: lookahead {stream.lookahead_frames} frames reaches "
+            f"{cfg.calibrate_seams_db} dB seams on these weights"
         )
-        self._loop = asyncio.get_running_loop()
-        self._running = True
-        logger.debug(f"{self}: started ({layout.family}, {self._codec.sample_rate} Hz)")
-        if cfg.warmup:
-            async for _ in self.stream("Hello.", request_id="warmup"):
-                pass
+        return stream
 
     async def shutdown(self) -> None:
-        """Stop serving and release the LLM (when owned) and the decode thread; idempotent."""
+        """Stop serving and release the LLM (when owned) and the decode thread; idempotent.
+
+        Streams still in flight end with ``EngineNotRunningError`` ("the engine shut down"),
+        their LLM requests aborted. ``start()`` may be called again afterwards.
+        """
+        self._running = False
+        error = EngineNotRunningError(
+            f"{self} shut down while this utterance was in flight: start the engine again "
+            "(or use another one) for new requests"
+        )
+        for request in list(getattr(self, "_inflight", {}).values()):
+            await request.abort(error)
+        await self._release()
+        logger.debug(f"{self}: shut down")
+
+    async def _release(self) -> None:
+        """Close the batcher and the owned generator (safe on a half-built engine)."""
         self._running = False
         batcher, self._batcher = getattr(self, "_batcher", None), None
         if batcher is not None:
@@ -133,7 +180,7 @@ class VeenaEngine:
         generator = getattr(self, "_generator", None)
         if generator is not None and self._owns_generator:
             await generator.shutdown()
-        logger.debug(f"{self}: shut down")
+            self._generator = None  # a restart builds a fresh one (a vLLM engine is one-shot)
 
     async def __aenter__(self) -> VeenaEngine:
         await self.start()
@@ -159,6 +206,11 @@ class VeenaEngine:
         return self._require_format().voices.names
 
     @property
+    def emotion_tags(self) -> tuple[str, ...]:
+        """Inline tags the model understands (e.g. ``<laugh>``), as the checkpoint declares."""
+        return self._require_format().voices.emotion_tags
+
+    @property
     def default_voice(self) -> str:
         """The voice used when a request names none."""
         return self._require_format().voices.default
@@ -180,11 +232,41 @@ class VeenaEngine:
         return self._require_format().voices.resolve(voice).name
 
     def register_voice(self, name: str, global_codes: list[int]) -> None:
-        """Add a BiCodec voice given by its 32 global codes (a cloned or pinned voice)."""
+        """Add a BiCodec voice given by its 32 global codes (a cloned voice)."""
         fmt = self._require_format()
         if fmt.family != "bicodec":
             raise ValueError("only BiCodec checkpoints take voices given by global codes")
         fmt.voices.register(name, global_codes)
+
+    def export_voices(self, path: str | Path | None = None) -> dict[str, Any]:
+        """The pinned voice prints (to load in another process); written to ``path`` if given.
+
+        Every replica that loads the file (``EngineConfig(voices_file=...)`` or
+        ``load_voices``) speaks each pinned voice exactly as this one does.
+        """
+        data = self._require_format().voices.export_prints(self.model_name)
+        if path is not None:
+            Path(path).write_text(json.dumps(data, indent=1), encoding="utf-8")
+        return data
+
+    def load_voices(self, source: str | Path | dict[str, Any]) -> list[str]:
+        """Pin the voice prints of an exported file (or dict); returns the voices pinned.
+
+        Raises:
+            ValueError: a malformed file, an unknown voice, or a prefix this model's grammar
+                rejects (e.g. a file exported from another model).
+        """
+        fmt = self._require_format()
+        if isinstance(source, dict):
+            data = source
+        else:
+            try:
+                data = json.loads(Path(source).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise ValueError(f"cannot read voice prints from {source}: {e}") from e
+        names = fmt.voices.load_prints(data, fmt.voice_prefix_globals)
+        logger.info(f"{self}: pinned voice(s) {', '.join(names) or '(none)'} from a file")
+        return names
 
     def stats(self) -> dict[str, Any]:
         """Live counters: active streams, vLLM's unfinished requests, decode batching."""
@@ -195,7 +277,7 @@ class VeenaEngine:
             "decode_batch_mean": batch.get("mean_batch_size", 0.0),
             "decode_batches": batch.get("batches", 0),
             "requests": self._requests,
-            "pinned_voices": sorted(self._pinned),
+            "pinned_voices": sorted(self._format.voices.pinned) if self._format else [],
         }
 
     def _require_format(self) -> ModelFormat:
@@ -230,6 +312,8 @@ class VeenaEngine:
 
     def check_options(self, **options: Any) -> None:
         """Raise ValueError naming the problem when request options cannot work."""
+        options.pop("normalize", None)
+        _check_language(options.pop("language", "auto"))
         max_tokens = options.pop("max_tokens", None)
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
@@ -237,7 +321,14 @@ class VeenaEngine:
 
     # -- streaming -------------------------------------------------------------------------
     async def stream(
-        self, text: str, voice: str | None = None, *, request_id: str | None = None, **sampling
+        self,
+        text: str,
+        voice: str | None = None,
+        *,
+        request_id: str | None = None,
+        normalize: bool | None = None,
+        language: str = "auto",
+        **sampling,
     ) -> AsyncIterator[AudioChunk]:
         """Speak ``text``: yields int16 PCM chunks at the codec's rate as they are decoded.
 
@@ -248,6 +339,9 @@ class VeenaEngine:
             text: what to say (any length: long text is split into parts, one voice throughout).
             voice: a name from ``voices`` (None: the default).
             request_id: prefix of the LLM request ids (e.g. the Pipecat context id).
+            normalize: speak numbers, dates, codes and symbols as words (None: the config's).
+                Only the model's text changes: callers keep reporting the text they passed.
+            language: "auto" (per sentence, from its script), "hi" or "en" for normalising.
             **sampling: temperature, top_k, top_p, repetition_penalty, max_tokens, seed.
 
         Raises:
@@ -259,12 +353,14 @@ class VeenaEngine:
         self._check_running()
         fmt = self._require_format()
         voice_obj = fmt.voices.resolve(voice)
+        self.check_options(language=language, **sampling)
         max_tokens = sampling.pop("max_tokens", None)
         options = self.sampling(**sampling)
-        if max_tokens is not None and max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        spoken = fmt.clean_text(text)  # injected control strings must not shape the parts either
+        if self.config.normalize if normalize is None else normalize:
+            spoken = normalize_text(spoken, language, lexicon=self._lexicon)  # per sentence
         parts = split_text(
-            fmt.clean_text(text),  # injected control strings must not shape the parts either
+            spoken,
             self.config.max_part_chars or fmt.voices.max_part_chars or DEFAULT_MAX_PART_CHARS,
         )
         if not parts:
@@ -291,6 +387,11 @@ class VeenaEngine:
         for request in hits:
             await request.abort()
         return len(hits)
+
+
+def _check_language(language: str) -> None:
+    if language not in LANGUAGES:
+        raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
 
 
 def load_codec(layout: Any, cfg: EngineConfig) -> AudioCodec:

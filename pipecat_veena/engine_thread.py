@@ -15,8 +15,11 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+from loguru import logger
+
 from pipecat_veena.engine import AudioChunk, EngineConfig, VeenaEngine
 from pipecat_veena.errors import EngineNotRunningError
+from pipecat_veena.generation.vllm_local import check_spawn_safe, install_exit_hooks
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,18 @@ class EngineThread:
     def launch(
         cls, engine: VeenaEngine | EngineConfig, *, timeout: float | None = None
     ) -> EngineThread:
-        """Start ``engine`` (or one built from a config) on a new thread; blocks until loaded."""
+        """Start ``engine`` (or one built from a config) on a new thread; blocks until loaded.
+
+        Call it from the main thread (LiveKit's prewarm runs there): the SIGTERM handler that
+        ends vLLM's engine process with this one can only be installed from the main thread.
+        """
+        check_spawn_safe()
+        if not install_exit_hooks():
+            logger.warning(
+                "EngineThread.launch() ran outside the main thread: no SIGTERM handler could be "
+                "installed, so a SIGTERM would leave vLLM's engine process running; launch it "
+                "from the main thread or call EngineThread.close() on shutdown"
+            )
         host = cls(engine if isinstance(engine, VeenaEngine) else VeenaEngine(engine))
         try:
             host.run(host.engine.start(), timeout=timeout)
@@ -104,13 +118,14 @@ class EngineThread:
         """Voice names of the loaded checkpoint."""
         return self.engine.voices
 
+    @property
+    def emotion_tags(self) -> tuple[str, ...]:
+        """Inline tags the hosted model understands."""
+        return self.engine.emotion_tags
+
     def check_voice(self, voice: str | None) -> str:
         """Canonical name of ``voice`` (raises UnknownVoiceError)."""
         return self.engine.check_voice(voice)
-
-    def sampling(self, **overrides: Any) -> Any:
-        """The family's default sampling with ``overrides`` (raises ValueError)."""
-        return self.engine.sampling(**overrides)
 
     def check_options(self, **options: Any) -> None:
         """Raise ValueError when request options cannot work."""
@@ -142,15 +157,22 @@ class EngineThread:
             caller.call_soon_threadsafe(inbox.put_nowait, item)
 
         async def produce() -> None:  # runs in the engine's loop
+            end = _End()
             try:
                 gen = self.engine.stream(text, voice, request_id=request_id, **sampling)
                 async with aclosing(gen) as chunks:
                     async for chunk in chunks:
                         post(chunk)
-                post(_End())
+            except asyncio.CancelledError:
+                # the reader left (nobody waits) or the host is shutting down (the reader
+                # must not wait for ever)
+                end = _End(EngineNotRunningError(f"{self} shut down during this stream"))
+                raise
             except Exception as e:
+                end = _End(e)
+            finally:
                 with contextlib.suppress(RuntimeError):  # the caller's loop is gone
-                    post(_End(e))
+                    post(end)
 
         def spawn() -> None:  # runs in the engine's loop, before any cancel (FIFO)
             task = self._loop.create_task(produce())

@@ -33,6 +33,10 @@ class EngineNotRunningError(VeenaError, RuntimeError):
     """The engine was used before ``start()`` or after ``shutdown()``."""
 
 
+class EngineStartError(VeenaError, RuntimeError):
+    """The engine cannot start as called (e.g. from the unguarded top level of a script)."""
+
+
 class EngineDeadError(VeenaError, RuntimeError):
     """The generation backend died; the engine cannot serve more requests."""
 

@@ -8,17 +8,19 @@ engine talks to this one interface and never branches on the family itself.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pipecat_veena.checkpoint import CheckpointLayout
-from pipecat_veena.errors import TokenizerError
+from pipecat_veena.errors import MalformedStreamError, TokenizerError
 from pipecat_veena.generation import SamplingOptions
-from pipecat_veena.prompts import SparkPrompts, TextEncoder, VeenaPrompts, Voice
+from pipecat_veena.grammar import BiCodecGrammar, Grammar, SnacGrammar
+from pipecat_veena.prompts import SparkPrompts, TextEncoder, VeenaPrompts
 from pipecat_veena.text import max_speech_seconds
 from pipecat_veena.tokens import BiCodecIds, BiCodecParser, SnacIds, SnacParser
-from pipecat_veena.voices import VoiceBook, spark_voices, veena_voices
+from pipecat_veena.voices import Voice, VoiceBook, VoicePrint, spark_voices, veena_voices
 
 #: Tokens the model may spend on markers and style tokens around the globals (acoustic block,
 #: start/end markers) before the first semantic token.
@@ -41,14 +43,6 @@ def load_tokenizer(llm_dir: Path) -> Any:
             f"{llm_dir}: no tokenizer.json and no fast tokenizer could be built ({e}); "
             "save the tokenizer with save_pretrained() to get a tokenizer.json"
         ) from e
-
-
-@dataclass(frozen=True)
-class VoicePrint:
-    """What pins a BiCodec voice: the generated prefix tokens and the global codes in them."""
-
-    prefix: tuple[int, ...]
-    globals: tuple[int, ...]
 
 
 class ModelFormat:
@@ -77,12 +71,33 @@ class ModelFormat:
         """(min_tokens, max_tokens) for a part: max is the runaway cap derived from the text."""
         raise NotImplementedError
 
+    def voice_prefix_globals(self, prefix: Sequence[int]) -> tuple[int, ...]:
+        """The globals of a generated voice prefix (only BiCodec voices have one)."""
+        raise ValueError(f"{self.family} voices are speaker tags: there is no voice print to pin")
+
+    def grammar(self, voice: Voice, *, prefilled: bool) -> Grammar:
+        """The grammar a part's generated ids must follow, from where its prompt ends."""
+        raise NotImplementedError
+
     def options(
-        self, base: SamplingOptions, text: str, *, prefilled: bool, rate: float
+        self,
+        base: SamplingOptions,
+        text: str,
+        voice: Voice,
+        *,
+        prefilled: bool,
+        rate: float,
+        constrain: bool = True,
     ) -> SamplingOptions:
-        """Per-part sampling options: the caller's, with this family's stops and token budget."""
+        """Per-part sampling options: the caller's, with stops, token budget and grammar.
+
+        The grammar is set only when ``constrain`` is True.
+        """
         low, high = self.budget(text, prefilled=prefilled, tokens_per_second=rate)
-        return replace(base, min_tokens=low, max_tokens=high, stop_token_ids=self.stop_ids)
+        grammar = self.grammar(voice, prefilled=prefilled) if constrain else None
+        return replace(
+            base, min_tokens=low, max_tokens=high, stop_token_ids=self.stop_ids, grammar=grammar
+        )
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
@@ -110,6 +125,45 @@ class BiCodecFormat(ModelFormat):
     def parser(self, *, prefilled: bool) -> BiCodecParser:
         """A parser expecting the voice prefix unless it is prefilled."""
         return BiCodecParser(self.ids, self.num_globals, prefilled=prefilled)
+
+    def voice_prefix_globals(self, prefix: Sequence[int]) -> tuple[int, ...]:
+        """The globals of a generated voice prefix; ValueError when it is not one.
+
+        Raises:
+            ValueError: ``prefix`` is not [acoustic block] start_global, the globals,
+                end_global of this tokenizer (e.g. it came from another model).
+        """
+        parser = self.parser(prefilled=False)
+        try:
+            extra = parser.feed(prefix)
+        except MalformedStreamError as e:
+            raise ValueError(f"not a voice prefix of this model: {e}") from e
+        if extra or not parser.voice_ready or list(parser.prefix) != list(prefix):
+            raise ValueError("not a voice prefix of this model: it must end with its globals")
+        return tuple(parser.globals)
+
+    def grammar(self, voice: Voice, *, prefilled: bool) -> BiCodecGrammar:
+        """The BiCodec grammar from where the prompt leaves the model.
+
+        Semantics only after a filled-in voice; globals first after a template prompt; a free
+        acoustic block first after a controllable prompt.
+        """
+        ids = self.ids
+        start = "semantic" if prefilled else "globals" if voice.speaker is not None else "free"
+        return BiCodecGrammar(
+            global_base=ids.global_base,
+            num_global_codes=ids.num_global_codes,
+            semantic_base=ids.semantic_base,
+            num_semantic_codes=ids.num_semantic_codes,
+            num_globals=self.num_globals,
+            start_global=ids.marker("start_global_token"),
+            end_global=ids.marker("end_global_token"),
+            start_semantic=ids.marker("start_semantic_token"),
+            stops=self.stop_ids,
+            # the free block plus the three markers fit in the prefix allowance of the budget
+            free_allowance=_PREFIX_MARKER_ALLOWANCE - 3,
+            start=start,
+        )
 
     def budget(self, text: str, *, prefilled: bool, tokens_per_second: float) -> tuple[int, int]:
         """Room for the voice prefix (unless prefilled) plus the runaway cap of semantics."""
@@ -143,6 +197,11 @@ class SnacFormat(ModelFormat):
     def parser(self, *, prefilled: bool) -> SnacParser:
         """A parser of slot-ordered SNAC codes."""
         return SnacParser(self.ids)
+
+    def grammar(self, voice: Voice, *, prefilled: bool) -> SnacGrammar:
+        """Whole frames in slot order (the prompt ends with START_OF_SPEECH)."""
+        ids = self.ids
+        return SnacGrammar(ids.audio_base, ids.codebook_size, ids.slots, self.stop_ids)
 
     def budget(self, text: str, *, prefilled: bool, tokens_per_second: float) -> tuple[int, int]:
         """At least one frame; at most the runaway cap, in whole frames."""

@@ -39,6 +39,11 @@ class SpeechEngine(Protocol):
         """Voice names of the loaded model, default first."""
         ...
 
+    @property
+    def emotion_tags(self) -> tuple[str, ...]:
+        """Inline tags the model understands (e.g. ``<laugh>``); empty when none."""
+        ...
+
     async def start(self) -> None:
         """Load or connect; idempotent, and safe to call from several tasks at once."""
         ...

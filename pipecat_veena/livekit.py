@@ -1,25 +1,27 @@
-"""LiveKit Agents TTS plugin over a shared SpeechEngine (install the ``livekit`` extra).
+"""LiveKit Agents TTS plugin over a shared engine (install the ``livekit`` extra).
 
-``VeenaTTS`` speaks through an engine shared by the whole process: one-shot ``synthesize()``
-and streaming-text ``stream()`` (sentence by sentence while the LLM is still writing), audio
-pushed as the engine decodes it. LiveKit's retry rule holds: an engine error before any audio
-of an attempt is a retryable ``APIError``; after audio was pushed it is never retried.
+``VeenaTTS`` speaks through an engine shared by the whole process (in-process ``VeenaEngine``,
+an ``EngineThread``, or a ``RemoteVeenaEngine``): one-shot ``synthesize()`` and streaming-text
+``stream()`` (sentence by sentence while the LLM is still writing), audio pushed as the engine
+decodes it. LiveKit's retry rules hold as the installed version applies them: a ``stream()``
+error is retried only before any audio of the attempt was pushed; ``synthesize()`` (LiveKit
+1.7+) is retried after partial audio too, under a new request id that marks that audio stale.
+Every wait for the engine's next chunk is bounded by ``conn_options.timeout``, so a stalled
+engine surfaces as an error instead of an agent that keeps "speaking" silence.
 A LiveKit worker loads the engine in its (synchronous, loop-less) prewarm function through
-``pipecat_veena.engine_thread.EngineThread``, which serves every job's event loop, or speaks to a
-``pipecat-veena serve`` server through ``pipecat_veena.remote.RemoteVeenaEngine``.
+``pipecat_veena.engine_thread.EngineThread``, which serves every job's event loop.
 Nothing here imports Pipecat, and the engine knows nothing of LiveKit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import weakref
 from contextlib import aclosing
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-import numpy as np
-import soxr
 from livekit.agents import (
     DEFAULT_API_CONNECT_OPTIONS,
     APIConnectOptions,
@@ -29,15 +31,22 @@ from livekit.agents import (
     tts,
     utils,
 )
+from livekit.agents import __version__ as _LIVEKIT_VERSION
 from loguru import logger
 
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
 from pipecat_veena.interface import AudioChunk, SpeechEngine
+from pipecat_veena.resample import StreamResampler
 from pipecat_veena.text import is_speakable
+from pipecat_veena.voices import voice_with_levels
 
 PROVIDER = "pipecat-veena"
 #: Errors that a retry cannot fix: bad input (unknown voice, bad sampling), a dead engine.
 _PERMANENT = (ValueError, EngineDeadError, EngineNotRunningError)
+#: LiveKit 1.7 and later retry ``synthesize()`` after partial audio (a fresh request id marks
+#: that audio stale); earlier versions, like ``stream()`` in every version, only before it.
+CHUNKED_RETRIES_AFTER_AUDIO = tuple(int(x) for x in _LIVEKIT_VERSION.split(".")[:2]) >= (1, 7)
+_TAG = re.compile(r"<(sound|expression|emotion)\s+value=\"([^\"]+)\"\s*/>|\[([a-z_ ]+)\]")
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,8 @@ class VeenaTTSOptions:
         top_p: nucleus sampling mass (None: default).
         repetition_penalty: > 1 discourages loops (None: default).
         seed: sampling seed for reproducible speech (None: random).
+        pitch: Spark controllable voices only: very_low, low, moderate, high or very_high.
+        speed: Spark controllable voices only: very_low, low, moderate, high or very_high.
     """
 
     voice: str | None = None
@@ -59,23 +70,39 @@ class VeenaTTSOptions:
     top_p: float | None = None
     repetition_penalty: float | None = None
     seed: int | None = None
+    pitch: str | None = None
+    speed: str | None = None
 
     def sampling(self) -> dict[str, Any]:
         """The sampling overrides that are set, as ``engine.stream`` keywords."""
-        return {k: v for k, v in asdict(self).items() if k != "voice" and v is not None}
+        skip = ("voice", "pitch", "speed")
+        return {k: v for k, v in asdict(self).items() if k not in skip and v is not None}
+
+    def voice_name(self) -> str | None:
+        """The engine voice: ``female`` with pitch high is ``female:high:moderate``.
+
+        Raises:
+            ValueError: a bad level, or levels on a voice without those controls.
+        """
+        return voice_with_levels(self.voice, self.pitch, self.speed)
 
 
 class VeenaTTS(tts.TTS):
-    """LiveKit TTS over a shared SpeechEngine (a VeenaEngine, an ``EngineThread``, a remote one).
+    """LiveKit TTS over a shared engine (``VeenaEngine``, ``EngineThread``, ``RemoteVeenaEngine``).
 
     Audio is int16 mono at the engine's codec rate (16 kHz BiCodec, 24 kHz SNAC), or at
-    ``sample_rate`` through a streaming soxr resampler owned by each stream. Closing a stream
+    ``sample_rate`` through a low-latency stream resampler owned by each stream. Closing a stream
     aborts its engine request at once. The engine is shared: ``aclose()`` closes this TTS's
     open streams but never shuts the engine down.
 
+    Emotion tags the checkpoint declares (e.g. ``<laugh>``) are offered to the LLM through
+    LiveKit's expressive markup (``tts.markup``) and LiveKit's own sound markup is converted to
+    them; everything else is spoken as text.
+
     Args:
         engine: the process's engine, started (or startable by ``prewarm()``).
-        voice, temperature, top_k, top_p, repetition_penalty, seed: see ``VeenaTTSOptions``.
+        voice, temperature, top_k, top_p, repetition_penalty, seed, pitch, speed: see
+            ``VeenaTTSOptions``.
         sample_rate: output rate (None: the engine's rate; the engine must then be running).
         sentence_tokenizer: splits streamed text into sentences (default: LiveKit's blingfire).
 
@@ -95,6 +122,8 @@ class VeenaTTS(tts.TTS):
         top_p: float | None = None,
         repetition_penalty: float | None = None,
         seed: int | None = None,
+        pitch: str | None = None,
+        speed: str | None = None,
         sentence_tokenizer: tokenize.SentenceTokenizer | None = None,
     ) -> None:
         if sample_rate is None:
@@ -113,10 +142,12 @@ class VeenaTTS(tts.TTS):
         )
         self._engine = engine
         self._opts = self._checked(
-            VeenaTTSOptions(voice, temperature, top_k, top_p, repetition_penalty, seed)
+            VeenaTTSOptions(
+                voice, temperature, top_k, top_p, repetition_penalty, seed, pitch, speed
+            )
         )
         self._tokenizer = sentence_tokenizer or tokenize.blingfire.SentenceTokenizer()
-        config = getattr(engine, "config", None)  # engines in this process only
+        config = getattr(engine, "config", None)  # in-process engines only
         if config is not None and not config.pin_voices:
             logger.warning(
                 f"{self.label}: stream() speaks each sentence as its own engine request; with "
@@ -125,9 +156,49 @@ class VeenaTTS(tts.TTS):
         self._start_task: asyncio.Future[None] | None = None
         self._streams: weakref.WeakSet[Any] = weakref.WeakSet()
 
+    class Markup(tts.TTS.Markup):
+        """The checkpoint's emotion tags (``<laugh>``, ``<sigh>``...) as LiveKit markup."""
+
+        def _tags(self) -> tuple[str, ...]:
+            engine = self._tts.engine
+            return engine.emotion_tags if engine.is_running else ()
+
+        @property
+        def info(self) -> tts.MarkupInfo:
+            """The sounds this voice can make (the declared tags without brackets)."""
+            return tts.MarkupInfo(nonverbals={"sound": [t.strip("<>") for t in self._tags()]})
+
+        def llm_instructions(self, *, speech_steering: Any = None) -> str | None:
+            """Tell the LLM which inline tags it may write (None when the model has none)."""
+            tags = self._tags()
+            if not tags:
+                return None
+            return (
+                "You may add these non-verbal sounds inline, exactly as written and only "
+                f"where natural: {', '.join(tags)}. Use no other markup."
+            )
+
+        def normalize(self, text: str) -> str:
+            """Declared tags stay; nothing else changes."""
+            return text
+
+        def convert(self, text: str) -> str:
+            """LiveKit's ``<sound value="laugh"/>`` (or ``[laugh]``) becomes ``<laugh>``.
+
+            Sounds the model does not declare are dropped rather than spoken as text.
+            """
+            tags = set(self._tags())
+
+            def lower(match: re.Match[str]) -> str:
+                name = (match.group(2) or match.group(3) or "").strip().lower()
+                tag = f"<{name.replace(' ', '_')}>"
+                return tag if tag in tags else ""
+
+            return _TAG.sub(lower, text) if tags else text
+
     @property
     def model(self) -> str:
-        """The checkpoint directory's name."""
+        """The model's name (the checkpoint directory's)."""
         return self._engine.model_name
 
     @property
@@ -139,6 +210,10 @@ class VeenaTTS(tts.TTS):
     def engine(self) -> SpeechEngine:
         """The shared engine this TTS speaks through."""
         return self._engine
+
+    def list_voices(self) -> list[str]:
+        """The voices of the engine's model (default first); the engine must be running."""
+        return self._engine.voices
 
     @property
     def options(self) -> VeenaTTSOptions:
@@ -155,9 +230,11 @@ class VeenaTTS(tts.TTS):
         self._opts = self._checked(replace(self._opts, **changes))
 
     def _checked(self, opts: VeenaTTSOptions) -> VeenaTTSOptions:
-        if not self._engine.is_running:  # checked by the engine on the first call instead
+        name = opts.voice_name()  # level checks need no engine
+        if not self._engine.is_running:  # the rest is checked by the engine on the first call
             return opts
         self._engine.check_options(**opts.sampling())
+        self._engine.check_voice(name)
         return replace(opts, voice=self._engine.check_voice(opts.voice))
 
     def prewarm(self) -> None:
@@ -200,10 +277,20 @@ class VeenaTTS(tts.TTS):
 
 
 class _Attempt:
-    """One try of a stream: speaks text into the emitter and knows whether audio went out."""
+    """One try of a stream: speaks text into the emitter and knows whether audio went out.
+
+    Args:
+        stream: the LiveKit stream this attempt belongs to.
+        emitter: that attempt's audio emitter.
+        retry_after_audio: whether LiveKit retries this kind of stream after partial audio.
+    """
 
     def __init__(
-        self, stream: VeenaChunkedStream | VeenaSynthesizeStream, emitter: tts.AudioEmitter
+        self,
+        stream: VeenaChunkedStream | VeenaSynthesizeStream,
+        emitter: tts.AudioEmitter,
+        *,
+        retry_after_audio: bool,
     ) -> None:
         stream._tries += 1
         self.tts = stream._tts
@@ -212,51 +299,62 @@ class _Attempt:
             # the same seed would fail the same way: each retry samples with the next seed
             self.opts = replace(self.opts, seed=self.opts.seed + stream._tries - 1)
         self.emitter = emitter
+        self.retry_after_audio = retry_after_audio
         self.timeout = stream._conn_options.timeout or None
         self.request_id = utils.shortuuid()
         self.pushed = False
         self.spoke = False
         self.tokens = 0
-        self.resampler: soxr.ResampleStream | None = None
+        self.prompt_tokens = 0
+        self.resampler: StreamResampler | None = None
+
+    def _retryable(self, error: Exception) -> bool:
+        return not isinstance(error, _PERMANENT) and (self.retry_after_audio or not self.pushed)
 
     async def speak(self, text: str) -> None:
-        """Push the engine's audio for ``text``; engine errors become LiveKit ``APIError``s."""
+        """Push the engine's audio for ``text``; engine errors become LiveKit ``APIError``s.
+
+        The wait for each chunk (the first one included) is bounded by the connection
+        timeout: an engine that stalls mid-utterance is an error, not endless silence.
+        """
         engine = self.tts.engine
+        waited = "first audio"
         try:
             await self.tts._ensure_started()
-            if self.resampler is None and engine.sample_rate != self.tts.sample_rate:
-                self.resampler = soxr.ResampleStream(
-                    engine.sample_rate, self.tts.sample_rate, 1, dtype="int16", quality="HQ"
-                )
+            if self.resampler is None:
+                self.resampler = StreamResampler(engine.sample_rate, self.tts.sample_rate)
             stream = engine.stream(
-                text, self.opts.voice, request_id=self.request_id, **self.opts.sampling()
+                text, self.opts.voice_name(), request_id=self.request_id, **self.opts.sampling()
             )
             last: AudioChunk | None = None
-            async with aclosing(stream) as chunks, asyncio.timeout(self.timeout) as first_audio:
+            async with aclosing(stream) as chunks, asyncio.timeout(self.timeout) as deadline:
                 async for last in chunks:
-                    first_audio.reschedule(None)  # the timeout bounds the wait for first audio
                     self._push(last.pcm)
+                    waited = "the next chunk"
+                    if self.timeout is not None:
+                        deadline.reschedule(asyncio.get_running_loop().time() + self.timeout)
             if last is not None:
                 self.tokens += last.tokens
+                self.prompt_tokens += last.prompt_tokens
                 self.spoke = True
         except APIError:
             raise
         except TimeoutError as e:
             raise APITimeoutError(
-                f"{self.tts.label}: no audio within {self.timeout} s for {text[:60]!r}",
-                retryable=not self.pushed,
+                f"{self.tts.label}: no audio within {self.timeout} s ({waited}) for "
+                f"{text[:60]!r}: the engine stalled",
+                retryable=self._retryable(e),
             ) from e
         except Exception as e:
             raise APIError(
                 f"{self.tts.label}: {type(e).__name__}: {e}",
                 body=e,
-                retryable=not self.pushed and not isinstance(e, _PERMANENT),
+                retryable=self._retryable(e),
             ) from e
 
-    def _push(self, pcm: bytes, *, last: bool = False) -> None:
+    def _push(self, pcm: bytes) -> None:
         if self.resampler is not None:
-            samples = np.frombuffer(pcm, dtype="<i2")
-            pcm = self.resampler.resample_chunk(samples, last=last).astype("<i2").tobytes()
+            pcm = self.resampler.resample(pcm)
         if pcm:
             self.emitter.push(pcm)
             self.pushed = True
@@ -264,7 +362,10 @@ class _Attempt:
     def finish(self) -> None:
         """Push what the resampler still holds (end of the stream's audio)."""
         if self.resampler is not None:
-            self._push(b"", last=True)
+            tail = self.resampler.flush()
+            if tail:
+                self.emitter.push(tail)
+                self.pushed = True
 
     def check_spoken(self, text: str) -> None:
         """Raise a clear, final error for text with nothing speakable (emoji, punctuation)."""
@@ -283,7 +384,7 @@ class VeenaChunkedStream(tts.ChunkedStream):
     _tries = 0
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
-        attempt = _Attempt(self, output_emitter)
+        attempt = _Attempt(self, output_emitter, retry_after_audio=CHUNKED_RETRIES_AFTER_AUDIO)
         output_emitter.initialize(
             request_id=attempt.request_id,
             sample_rate=self._tts.sample_rate,
@@ -294,7 +395,7 @@ class VeenaChunkedStream(tts.ChunkedStream):
             await attempt.speak(self.input_text)
             attempt.finish()
         attempt.check_spoken(self.input_text)
-        self._set_token_usage(output_tokens=attempt.tokens)
+        self._set_token_usage(input_tokens=attempt.prompt_tokens, output_tokens=attempt.tokens)
 
 
 class VeenaSynthesizeStream(tts.SynthesizeStream):
@@ -308,7 +409,7 @@ class VeenaSynthesizeStream(tts.SynthesizeStream):
     _tries = 0
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
-        attempt = _Attempt(self, output_emitter)
+        attempt = _Attempt(self, output_emitter, retry_after_audio=False)
         output_emitter.initialize(
             request_id=attempt.request_id,
             sample_rate=self._tts.sample_rate,
@@ -335,7 +436,7 @@ class VeenaSynthesizeStream(tts.SynthesizeStream):
                     await attempt.speak(sentence.token)
             attempt.finish()
             attempt.check_spoken(self._pushed_text)
-            self._set_token_usage(output_tokens=attempt.tokens)
+            self._set_token_usage(input_tokens=attempt.prompt_tokens, output_tokens=attempt.tokens)
             output_emitter.end_segment()
 
         tasks = [asyncio.create_task(forward_text()), asyncio.create_task(speak_sentences())]

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from pipecat_veena.tokens import BiCodecIds, SnacIds
+from pipecat_veena.voices import Voice
 
 _TAG_CANDIDATE = re.compile(r"<\|?[^<>|\s]{1,64}\|?>")
 _SNAC_SPEAKER = re.compile(r"<spk_[^<>]{0,40}>")
 _SPACES = re.compile(r"\s+")
-
-LEVELS = ("very_low", "low", "moderate", "high", "very_high")
-GENDERS = ("female", "male")
 
 
 class TextEncoder:
@@ -88,25 +85,6 @@ class TextEncoder:
             elif piece:
                 ids.extend(self.plain(piece))
         return ids
-
-
-@dataclass(frozen=True)
-class Voice:
-    """A voice the engine can speak with.
-
-    Attributes:
-        name: the name callers use.
-        speaker: speaker tag for template formats (Veena3 ``<|speaker_x|>``, Veena ``x``).
-        gender, pitch, speed: Spark controllable labels (indexes into GENDERS / LEVELS).
-        globals: fixed 32 BiCodec global codes (a cloned or pinned voice), or None.
-    """
-
-    name: str
-    speaker: str | None = None
-    gender: int | None = None
-    pitch: int = 2
-    speed: int = 2
-    globals: tuple[int, ...] | None = None
 
 
 class SparkPrompts:

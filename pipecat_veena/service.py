@@ -1,7 +1,7 @@
-"""VeenaTTSService: the Pipecat TTSService over a shared, already-started SpeechEngine.
+"""VeenaTTSService: the Pipecat TTSService over a shared, already-started engine.
 
-The engine is a ``VeenaEngine`` in this process, or a ``RemoteVeenaEngine`` speaking to a
-``pipecat-veena serve`` server: the service sees only the ``SpeechEngine`` interface.
+The engine is anything that implements ``SpeechEngine`` (interface.py): the in-process
+``VeenaEngine``, an ``EngineThread``, or a ``RemoteVeenaEngine`` speaking to a server.
 """
 
 from __future__ import annotations
@@ -12,29 +12,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loguru import logger
-from pipecat.audio.utils import create_stream_resampler
 from pipecat.frames.frames import ErrorFrame, Frame, StartFrame, TTSAudioRawFrame
 from pipecat.services.settings import TTSSettings
-from pipecat.services.tts_service import TTSService
+from pipecat.services.tts_service import TextAggregationMode, TTSService
 from pipecat.transcriptions.language import Language
 from pipecat.utils.types import NOT_GIVEN, NotGiven
 
 from pipecat_veena.audio import ProgressiveFramer
-from pipecat_veena.errors import (
-    EngineDeadError,
-    EngineNotRunningError,
-    UnknownVoiceError,
-    VeenaError,
-)
+from pipecat_veena.errors import EngineDeadError, EngineNotRunningError, VeenaError
 from pipecat_veena.interface import SpeechEngine
-from pipecat_veena.prompts import GENDERS, LEVELS
+from pipecat_veena.resample import StreamResampler
 from pipecat_veena.text import is_speakable
+from pipecat_veena.voices import check_level, voice_with_levels
 
 _SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed")
 
 #: Pipecat ends an audio context that receives nothing for ``stop_frame_timeout_s`` (3 s by
 #: default, made for network services). Chunks here grow, so on a busy or slow machine seconds
-#: can pass between two of them; ``run_tts`` returning is what ends a context of this service.
+#: can pass between two of them: a shorter timeout would cut an utterance in two. It never
+#: delays the next turn: this service yields its audio inline, so Pipecat closes each context
+#: as soon as its turn's text is done (``tts_process_generator``), audio or not.
 STOP_FRAME_TIMEOUT_S = 30.0
 
 
@@ -68,13 +65,15 @@ class VeenaTTSSettings(TTSSettings):
 class VeenaTTSService(TTSService):
     """Streaming TTS from an in-process LLM-TTS engine (Veena3 / Spark-TTS BiCodec, Veena SNAC).
 
-    Start ONE ``VeenaEngine`` per process before building pipelines (loading vLLM takes longer
+    Start ONE engine per process before building pipelines (loading vLLM takes longer
     than Pipecat's 20 s setup window), then give each call's pipeline its own service over that
     engine. Audio is generated on the engine's shared LLM and codec, resampled from the codec's
     rate (16 or 24 kHz) to the pipeline's output rate with a stream resampler owned by each
     utterance, and pushed in frames that start small (fast first audio) and grow. An
     interruption cancels ``run_tts``, which aborts the LLM request at once. Text with nothing
-    speakable (empty, markup only) never reaches the engine.
+    speakable (empty, markup only) never reaches the engine. Text arrives in sentences
+    (Pipecat's default ``SENTENCE`` aggregation): an LLM-TTS model speaks whole sentences, and
+    ``TOKEN`` mode is refused.
 
     Example::
 
@@ -99,14 +98,16 @@ class VeenaTTSService(TTSService):
         seed: int | None = None,
         pitch: str | None = None,
         speed: str | None = None,
+        language: Language | str | None = None,
+        normalize: bool | None = None,
         settings: Settings | None = None,
         **kwargs: Any,
     ) -> None:
         """Create a service over a shared engine.
 
         Args:
-            engine: the process's engine, started now or before the pipeline starts: a
-                ``VeenaEngine`` or a ``RemoteVeenaEngine`` (any ``SpeechEngine``).
+            engine: the process's engine (``VeenaEngine``, ``EngineThread`` or
+                ``RemoteVeenaEngine``; started now or before the pipeline starts).
             voice: a voice name of the engine's checkpoint (None: its default).
             sample_rate: output rate (None: the pipeline's ``audio_out_sample_rate``).
             temperature: sampling temperature (None: the model family's default).
@@ -116,17 +117,30 @@ class VeenaTTSService(TTSService):
             seed: sampling seed (None: random).
             pitch: pitch level of Spark controllable voices.
             speed: speed level of Spark controllable voices.
+            language: the language numbers, dates and codes are spoken in (``Language.HI`` or
+                ``Language.EN``, any region); None: per sentence, from its script.
+            normalize: speak numbers, dates, codes and symbols as words (None: the engine's
+                setting). TTSTextFrames always carry the text as written.
             settings: a settings delta applied over these values.
             **kwargs: passed to ``TTSService`` (e.g. ``text_transforms``, ``name``).
 
         Raises:
             UnknownVoiceError: the (started) engine does not offer ``voice``.
-            ValueError: an invalid pitch or speed level.
+            ValueError: an invalid pitch or speed level, pitch/speed on a voice without those
+                controls, invalid sampling values, or ``TOKEN`` text aggregation.
         """
+        if kwargs.get("text_aggregation_mode") == TextAggregationMode.TOKEN or (
+            kwargs.get("aggregate_sentences") is False
+        ):
+            raise ValueError(
+                "VeenaTTSService speaks whole sentences: an LLM-TTS prompt per LLM token would "
+                "be one engine request per token with no prosody; use the default "
+                "text_aggregation_mode=TextAggregationMode.SENTENCE"
+            )
         defaults = self.Settings(
             model=engine.model_name,
             voice=voice,
-            language=None,
+            language=language,
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,
@@ -146,11 +160,9 @@ class VeenaTTSService(TTSService):
             **kwargs,
         )
         self._engine = engine
+        self._normalize = normalize
         self._dead_reported = False
-        _check_level("pitch", self._settings.pitch)
-        _check_level("speed", self._settings.speed)
-        if engine.is_running:
-            self._settings.voice = engine.check_voice(self._settings.voice)
+        self._check_settings()
         # Runs after any user transforms: unspeakable text then never opens an audio context.
         self.add_text_transformer(_drop_unspeakable, "*")
 
@@ -159,8 +171,13 @@ class VeenaTTSService(TTSService):
         return True
 
     def language_to_service_language(self, language: Language) -> str | None:
-        """The models read Hindi, English and code-mixed text as written: no language switch."""
-        return None
+        """The text normaliser's language for ``language``: "hi", "en", or None (other codes).
+
+        The models read Hindi, English and code-mixed text as written; the language only picks
+        the words numbers, dates and codes are spoken in (None: per sentence, from its script).
+        """
+        code = str(language).lower()
+        return next((lang for lang in ("hi", "en") if code.split("-")[0] == lang), None)
 
     @property
     def engine(self) -> SpeechEngine:
@@ -173,44 +190,79 @@ class VeenaTTSService(TTSService):
         if not self._engine.is_running:
             await self._report_dead(
                 EngineNotRunningError(
-                    f"{self}: the engine is not running; start it once per process "
+                    f"{self}: the VeenaEngine is not running; start it once per process "
                     "(await engine.start()) before running pipelines"
                 )
             )
             return
         try:
+            self._check_settings()
+        except ValueError as e:  # UnknownVoiceError included
+            await self.push_error(f"{self}: {e}", exception=e)
+
+    def _check_settings(self) -> None:
+        """Raise ValueError naming the problem when the settings cannot work.
+
+        Levels and their combination with the voice are checked always; the voice name and the
+        sampling values once the engine is running (they depend on the loaded model).
+        """
+        check_level("pitch", self._settings.pitch)
+        check_level("speed", self._settings.speed)
+        name = self._voice_name()
+        if self._engine.is_running:
             self._settings.voice = self._engine.check_voice(self._settings.voice)
-        except UnknownVoiceError as e:
-            await self.push_error(str(e), exception=e)
+            self._engine.check_voice(name)
+            self._engine.check_options(**self._sampling())
 
     async def _update_settings(self, delta: Settings) -> dict[str, Any]:
-        """Apply a settings delta; an unknown voice or level is an error and changes nothing."""
-        previous = {k: getattr(self._settings, k) for k in ("voice", "pitch", "speed")}
+        """Apply a settings delta; anything that cannot work is an error and changes nothing.
+
+        Voice, pitch, speed and sampling values are checked together; on failure every one of
+        them keeps its previous value and an ErrorFrame says what was wrong.
+        """
+        checked = ("voice", "pitch", "speed", *_SAMPLING_FIELDS)
+        previous = {k: getattr(self._settings, k) for k in checked}
         changed = await super()._update_settings(delta)
         try:
-            if "voice" in changed:
-                self._settings.voice = self._engine.check_voice(self._settings.voice)
-            _check_level("pitch", self._settings.pitch)
-            _check_level("speed", self._settings.speed)
-        except (UnknownVoiceError, ValueError) as e:
+            self._check_settings()
+        except ValueError as e:
             for key, value in previous.items():
                 setattr(self._settings, key, value)
             await self.push_error(f"{self}: settings update rejected: {e}", exception=e)
             return {k: v for k, v in changed.items() if k not in previous}
-        unhandled = set(changed) - {"voice", "pitch", "speed", *_SAMPLING_FIELDS}
-        self._warn_unhandled_updated_settings(unhandled)
+        self._warn_unhandled_updated_settings(set(changed) - set(checked))
         return changed
 
     def _voice_name(self) -> str | None:
         """The engine voice: a controllable gender gets the pitch/speed levels appended."""
-        voice = self._settings.voice
-        pitch, speed = self._settings.pitch, self._settings.speed
-        if voice in GENDERS and (pitch or speed):
-            return f"{voice}:{pitch or 'moderate'}:{speed or 'moderate'}"
-        return voice
+        return voice_with_levels(self._settings.voice, self._settings.pitch, self._settings.speed)
 
     def _sampling(self) -> dict[str, Any]:
         return {name: getattr(self._settings, name) for name in _SAMPLING_FIELDS}
+
+    def _options(self) -> dict[str, Any]:
+        """Everything ``engine.stream`` takes besides text and voice."""
+        language = self._settings.language
+        options = {
+            **self._sampling(),
+            "language": language if language in ("hi", "en") else "auto",
+        }
+        if self._normalize is not None:
+            options["normalize"] = self._normalize
+        return options
+
+    async def tts_process_generator(
+        self, context_id: str, generator: AsyncGenerator[Frame | None, None]
+    ) -> None:
+        """Route ``run_tts`` frames into the audio context, which closes with its turn.
+
+        Pipecat 1.14 closes a context at the end of its turn only when the last ``run_tts``
+        yielded audio, and otherwise waits ``stop_frame_timeout_s`` for more: after a failed
+        sentence every later turn would wait that long. This service always yields its audio
+        inline (never ``None``), so every context is closed with its turn, audio or not.
+        """
+        await super().tts_process_generator(context_id, generator)
+        self._is_yielding_frames_synchronously = True
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """Speak one aggregated text (usually a sentence) as audio frames of ``context_id``.
@@ -223,21 +275,19 @@ class VeenaTTSService(TTSService):
             Frame: TTSAudioRawFrame at ``self.sample_rate``, or an ErrorFrame on failure.
         """
         await self.start_tts_usage_metrics(text)
-        resampler = create_stream_resampler(clear_after_secs=None)
+        resampler = StreamResampler(self._engine.sample_rate, self.sample_rate)
         framer = ProgressiveFramer(self.sample_rate)
-        in_rate = self._engine.sample_rate
+        spoke = False
         try:
             stream = self._engine.stream(
-                text, self._voice_name(), request_id=context_id, **self._sampling()
+                text, self._voice_name(), request_id=context_id, **self._options()
             )
             async with aclosing(stream) as chunks:
                 async for chunk in chunks:
-                    pcm = chunk.pcm
-                    if in_rate != self.sample_rate:
-                        pcm = await resampler.resample(pcm, in_rate, self.sample_rate)
-                    for piece in framer.split(pcm):
+                    for piece in framer.split(resampler.resample(chunk.pcm)):
+                        spoke = True
                         yield TTSAudioRawFrame(piece, self.sample_rate, 1, context_id=context_id)
-            tail = await resampler.flush() if in_rate != self.sample_rate else b""
+            tail = resampler.flush()
             if tail:
                 yield TTSAudioRawFrame(tail, self.sample_rate, 1, context_id=context_id)
         except (EngineDeadError, EngineNotRunningError) as e:
@@ -245,13 +295,18 @@ class VeenaTTSService(TTSService):
         except VeenaError as e:
             logger.warning(f"{self}: {e}")
             yield ErrorFrame(error=f"{self}: {e}", exception=e)
-        except ValueError as e:  # bad sampling values from settings
-            yield ErrorFrame(error=f"{self}: invalid TTS settings: {e}", exception=e)
+        except ValueError as e:  # a request the engine refused (it names the problem)
+            logger.warning(f"{self}: request refused: {e}")
+            yield ErrorFrame(error=f"{self}: request refused: {e}", exception=e)
         except Exception as e:  # never let one utterance take the pipeline down
             logger.exception(f"{self}: unexpected error: {e}")
             yield ErrorFrame(error=f"{self}: unexpected TTS error: {e}", exception=e)
         finally:
-            await self.stop_ttfb_metrics()
+            # Time to first byte is only meaningful for an utterance that produced audio.
+            if spoke:
+                await self.stop_ttfb_metrics()
+            else:
+                await self.cancel_ttfb_metrics()
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         """Abort the engine requests of an interrupted context.
@@ -274,8 +329,3 @@ class VeenaTTSService(TTSService):
 async def _drop_unspeakable(text: str, text_type: str) -> str:
     """Text transform: nothing speakable (markup, tags, punctuation) becomes empty."""
     return text if is_speakable(text) else ""
-
-
-def _check_level(name: str, value: Any) -> None:
-    if value is not None and value not in LEVELS:
-        raise ValueError(f"{name} must be one of {', '.join(LEVELS)}, got {value!r}")

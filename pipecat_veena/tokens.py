@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from pipecat_veena.errors import MalformedStreamError, TokenizerError
+from pipecat_veena.voices import LEVELS
 
 #: Look up a token string's id (None when absent).
 Lookup = Callable[[str], int | None]
@@ -19,7 +20,6 @@ Lookup = Callable[[str], int | None]
 #: declared malformed (the model is writing text instead of audio).
 MAX_STRAY_TOKENS = 64
 
-_LEVELS = ("very_low", "low", "moderate", "high", "very_high")
 
 
 def _require(lookup: Lookup, token: str, what: str) -> int:
@@ -84,7 +84,7 @@ class BiCodecIds:
                 markers[name] = token_id
         for i in range(2):
             _optional(markers, lookup, f"gender_{i}")
-        for i in range(len(_LEVELS)):
+        for i in range(len(LEVELS)):
             _optional(markers, lookup, f"pitch_label_{i}")
             _optional(markers, lookup, f"speed_label_{i}")
         return cls(global_base, num_global_codes, semantic_base, num_semantic_codes, eos, markers)

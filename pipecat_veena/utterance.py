@@ -18,11 +18,11 @@ from pipecat_veena.audio import BYTES_PER_SAMPLE, to_pcm_bytes
 from pipecat_veena.codecs.base import AudioCodec
 from pipecat_veena.config import EngineConfig
 from pipecat_veena.errors import NoAudioError
-from pipecat_veena.formats import ModelFormat, VoicePrint
+from pipecat_veena.formats import ModelFormat
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.guards import RepetitionGuard
-from pipecat_veena.prompts import Voice
 from pipecat_veena.streaming import StreamConfig, StreamDecoder, should_hurry
+from pipecat_veena.voices import Voice, VoicePrint
 
 #: A code stream periodic over this many seconds is a loop; periods up to LOOP_PERIOD_S count.
 LOOP_WINDOW_S = 3.0
@@ -37,11 +37,13 @@ class AudioChunk:
         pcm: mono little-endian int16 samples.
         sample_rate: their rate (the codec's: 16 kHz BiCodec, 24 kHz SNAC).
         tokens: LLM tokens generated in the request up to this chunk.
+        prompt_tokens: prompt tokens of the request's LLM calls up to this chunk.
     """
 
     pcm: bytes
     sample_rate: int
     tokens: int
+    prompt_tokens: int = 0
 
     @property
     def num_samples(self) -> int:
@@ -65,7 +67,6 @@ class EngineParts:
         generator: the LLM backend.
         batcher: the decode micro-batcher in front of the codec.
         stream_config: the sliding-window settings in use.
-        pinned: voice prints by voice name (the pinned voices).
     """
 
     config: EngineConfig
@@ -74,7 +75,6 @@ class EngineParts:
     generator: TokenGenerator
     batcher: Any
     stream_config: StreamConfig
-    pinned: dict[str, VoicePrint]
 
 
 class Utterance:
@@ -107,10 +107,16 @@ class Utterance:
         self.codec = codec
         self.rate = codec.frame_rate * codec.codes_per_frame  # LLM codec tokens per second
         self.decoder: StreamDecoder | None = None
-        self.pinned = shared.pinned.get(voice.name) if self.config.pin_voices else None
+        # The voice print every part continues in: the pinned one, or the one the first part
+        # generates (``captured``), offered for pinning once the request completed cleanly.
+        self.voiceprint = self.fmt.voices.print_for(voice) if self.config.pin_voices else None
+        self.captured = False
+        self.capped = False
         self.tokens = 0
+        self.prompt_tokens = 0
         self.samples = 0
         self.aborted = False
+        self.error: Exception | None = None
         self.first_audio_at: float | None = None
         self.first_code_at = 0.0
         self.last_decode_s = 0.0
@@ -133,6 +139,8 @@ class Utterance:
                 break
         if self.aborted:
             logger.debug(f"{self.rid}: aborted")
+            if self.error is not None:
+                raise self.error
             return
         if self.decoder is not None:
             for job in self.decoder.plan_finish():
@@ -143,6 +151,8 @@ class Utterance:
             raise NoAudioError(
                 f"{self.rid}: the model produced no audio for speakable text {parts[0][:60]!r}"
             )
+        if self.captured and self.config.pin_voices and not (self.guard.tripped or self.capped):
+            self.fmt.voices.offer_pin(self.voice, self.voiceprint)
         logger.debug(
             f"{self.rid}: done: {self.tokens} tokens, "
             f"{self.samples / self.codec.sample_rate:.2f} s audio in "
@@ -151,9 +161,17 @@ class Utterance:
 
     async def _run_part(self, index: int, text: str) -> AsyncIterator[AudioChunk]:
         fmt = self.fmt
-        prefilled = self.pinned is not None or self.voice.globals is not None
-        prompt = fmt.prompt(text, self.voice, self.pinned)
-        options = fmt.options(self.options, text, prefilled=prefilled, rate=self.rate)
+        prefilled = self.voiceprint is not None or self.voice.globals is not None
+        prompt = fmt.prompt(text, self.voice, self.voiceprint)
+        self.prompt_tokens += len(prompt)
+        options = fmt.options(
+            self.options,
+            text,
+            self.voice,
+            prefilled=prefilled,
+            rate=self.rate,
+            constrain=self.config.constrain_grammar,
+        )
         room = self.config.max_model_len - len(prompt)
         cap = min(options.max_tokens, room, self.max_tokens or room)
         options = replace(
@@ -186,6 +204,7 @@ class Utterance:
                 # wraps the generator (closing the iterator aborts too; a second abort is a no-op).
                 await generator.abort(request_id)
         if reason == "length":
+            self.capped = True
             logger.warning(
                 f"{self.rid}: part {index} hit the runaway cap ({options.max_tokens} tokens) "
                 "for its text length; stopped it"
@@ -195,7 +214,7 @@ class Utterance:
         """Parse one delta of generated ids and plan the decodes it makes due."""
         self.tokens += len(delta.token_ids)
         codes = parser.feed(delta.token_ids)
-        if self.decoder is None and self._voice_ready(parser):
+        if self.decoder is None and self._voice_known(parser):
             self.decoder = StreamDecoder(
                 self.codec, self.shared.stream_config, condition=self._condition(parser)
             )
@@ -229,22 +248,27 @@ class Utterance:
             margin_s=max(self.config.min_buffer_s, 1.5 * self.last_decode_s),
         )
 
-    async def abort(self) -> None:
-        """Stop this request: abort its LLM request now; its iterator then ends quietly."""
+    async def abort(self, error: Exception | None = None) -> None:
+        """Stop this request: abort its LLM request now.
+
+        Its iterator then ends quietly, or raises ``error`` when one is given (the engine
+        shutting down under it).
+        """
         self.aborted = True
+        self.error = error
         if self.llm_request_id is not None:
             await self.shared.generator.abort(self.llm_request_id)
 
-    def _voice_ready(self, parser: Any) -> bool:
+    def _voice_known(self, parser: Any) -> bool:
+        """True once the stream's voice is known (BiCodec: after its globals)."""
         if self.fmt.family != "bicodec":
             return True
         if not parser.voice_ready:
             return False
-        if self.pinned is None and self.voice.globals is None and parser.globals:
-            voiceprint = VoicePrint(tuple(parser.prefix), tuple(parser.globals))
-            self.pinned = voiceprint  # later parts of this request continue in this voice
-            if self.config.pin_voices:
-                self.shared.pinned.setdefault(self.voice.name, voiceprint)
+        if self.voiceprint is None and self.voice.globals is None:
+            # later parts of this request continue in the voice its first part generated
+            self.voiceprint = VoicePrint(tuple(parser.prefix), tuple(parser.globals))
+            self.captured = True
         return True
 
     def _condition(self, parser: Any) -> tuple[int, ...] | None:
@@ -252,7 +276,7 @@ class Utterance:
             return None
         if self.voice.globals is not None:
             return self.voice.globals
-        return self.pinned.globals
+        return self.voiceprint.globals
 
     async def _decode(self, job: Any) -> AudioChunk | None:
         started = time.monotonic()
@@ -265,4 +289,6 @@ class Utterance:
         self.samples += len(samples)
         if self.first_audio_at is None:
             self.first_audio_at = time.monotonic()
-        return AudioChunk(to_pcm_bytes(samples), self.codec.sample_rate, self.tokens)
+        return AudioChunk(
+            to_pcm_bytes(samples), self.codec.sample_rate, self.tokens, self.prompt_tokens
+        )

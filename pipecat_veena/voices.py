@@ -1,4 +1,4 @@
-"""The voices a checkpoint offers, by name.
+"""Voices: the one owner of names, parsing, pitch/speed levels, pinned voice prints and their files.
 
 - Spark-TTS-0.5B layout: controllable voices ``female`` and ``male``, with optional pitch and
   speed levels as ``female:high:moderate`` (levels: very_low, low, moderate, high, very_high).
@@ -6,26 +6,108 @@
   optionally fixed globals per voice).
 - Veena / Orpheus (SNAC): kavya (default), agastya, maitri, vinaya, or the speakers of a
   ``voices.json`` next to the checkpoint.
-Voices registered at run time with 32 global codes (cloned or pinned voices) join the list.
+
+A generated BiCodec voice (controllable or named speaker) is sampled anew by each request unless
+it is *pinned*: the voice print (the generated prefix with its 32 global codes) of the first
+request of that voice that completed cleanly is reused by every later request, so sentences
+and calls never drift. Pinned prints can be exported to a file and loaded by another process,
+so every replica of a service speaks with the same voice.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from loguru import logger
 
 from pipecat_veena.errors import CheckpointError, UnknownVoiceError
-from pipecat_veena.prompts import GENDERS, LEVELS, Voice
 
 VOICES_FILE = "voices.json"
 VEENA_SPEAKERS = ("kavya", "agastya", "maitri", "vinaya")
+LEVELS = ("very_low", "low", "moderate", "high", "very_high")
+GENDERS = ("female", "male")
+#: Size of a BiCodec global codebook: a global code is in [0, GLOBAL_CODES).
+GLOBAL_CODES = 4096
+#: ``format`` of an exported voice-print file.
+PRINTS_FORMAT = "pipecat-veena-voice-prints"
+
+
+@dataclass(frozen=True)
+class Voice:
+    """A voice the engine can speak with.
+
+    Attributes:
+        name: the name callers use.
+        speaker: speaker tag for template formats (Veena3 ``<|speaker_x|>``, Veena ``x``).
+        gender, pitch, speed: Spark controllable labels (indexes into GENDERS / LEVELS).
+        globals: fixed 32 BiCodec global codes (a cloned voice), or None.
+    """
+
+    name: str
+    speaker: str | None = None
+    gender: int | None = None
+    pitch: int = 2
+    speed: int = 2
+    globals: tuple[int, ...] | None = None
+
+    @property
+    def generated(self) -> bool:
+        """True when the model generates this voice's globals (so it can be pinned)."""
+        return self.globals is None and (self.speaker is not None or self.gender is not None)
+
+
+@dataclass(frozen=True)
+class VoicePrint:
+    """What pins a BiCodec voice: the generated prefix token ids and the global codes in them."""
+
+    prefix: tuple[int, ...]
+    globals: tuple[int, ...]
+
+
+def check_level(name: str, value: Any) -> None:
+    """Raise ValueError unless ``value`` is None or a pitch/speed level name."""
+    if value is not None and value not in LEVELS:
+        raise ValueError(f"{name} must be one of {', '.join(LEVELS)}, got {value!r}")
+
+
+def voice_with_levels(voice: str | None, pitch: str | None, speed: str | None) -> str | None:
+    """The voice name with pitch/speed levels: ``female`` + high -> ``female:high:moderate``.
+
+    Raises:
+        ValueError: a level that is not a level, or levels on a voice without those controls
+            (only the controllable ``female`` / ``male`` voices take them).
+    """
+    check_level("pitch", pitch)
+    check_level("speed", speed)
+    if pitch is None and speed is None:
+        return voice
+    if voice not in GENDERS:
+        raise ValueError(
+            f"pitch and speed apply to the controllable voices {' and '.join(GENDERS)} only; "
+            f"voice {voice!r} has no such control: unset pitch/speed or pick female/male"
+        )
+    return f"{voice}:{pitch or 'moderate'}:{speed or 'moderate'}"
+
+
+def check_globals(codes: Sequence[Any], count: int, where: str) -> tuple[int, ...]:
+    """``count`` integer global codes in [0, 4096), as a tuple; else a clear ValueError."""
+    if len(codes) != count or not all(
+        isinstance(c, int) and not isinstance(c, bool) and 0 <= c < GLOBAL_CODES for c in codes
+    ):
+        raise ValueError(
+            f"{where}: a voice needs {count} global codes (integers in [0, {GLOBAL_CODES})), got "
+            f"{len(codes)} value(s) {list(codes)[:4]}..."
+        )
+    return tuple(codes)
 
 
 @dataclass
 class VoiceBook:
-    """Named voices of one checkpoint.
+    """Named voices of one checkpoint, and the pinned prints of its generated voices.
 
     Attributes:
         voices: voices by name, in listing order.
@@ -35,6 +117,8 @@ class VoiceBook:
         controllable: True when ``gender[:pitch[:speed]]`` names are accepted (Spark).
         max_part_chars: the longest text part the model handles well, when the checkpoint
             says (``max_part_chars`` in voices.json).
+        num_globals: global codes per voice (BiCodec: 32; SNAC voices have none).
+        pinned: voice prints by voice name.
     """
 
     voices: dict[str, Voice]
@@ -43,7 +127,8 @@ class VoiceBook:
     emotion_tags: tuple[str, ...] = ()
     controllable: bool = False
     max_part_chars: int | None = None
-    _num_globals: int = field(default=32, repr=False)
+    num_globals: int = 32
+    pinned: dict[str, VoicePrint] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -71,17 +156,76 @@ class VoiceBook:
         )
 
     def register(self, name: str, global_codes: Sequence[int]) -> Voice:
-        """Add (or replace) a voice defined by its global codes (a cloned or pinned voice)."""
-        codes = tuple(int(c) for c in global_codes)
-        if len(codes) != self._num_globals or not all(0 <= c < 4096 for c in codes):
-            raise ValueError(
-                f"a voice needs {self._num_globals} global codes in [0, 4096), got {len(codes)}"
-            )
+        """Add (or replace) a voice defined by its global codes (a cloned voice)."""
+        codes = check_globals(list(global_codes), self.num_globals, f"voice {name!r}")
         key = name.strip().lower()
         if not key:
             raise ValueError("a voice needs a non-empty name")
         self.voices[key] = Voice(name=key, globals=codes)
         return self.voices[key]
+
+    # -- pinned voice prints ----------------------------------------------------------------
+    def print_for(self, voice: Voice) -> VoicePrint | None:
+        """The pinned print of a generated voice, if any."""
+        return self.pinned.get(voice.name) if voice.generated else None
+
+    def offer_pin(self, voice: Voice, voiceprint: VoicePrint) -> bool:
+        """Pin ``voiceprint`` for ``voice`` unless one is pinned already; True when pinned.
+
+        Call it only for a request that completed cleanly (no error, guard, abort or cap).
+        """
+        if not voice.generated or voice.name in self.pinned:
+            return False
+        self.pinned[voice.name] = voiceprint
+        logger.debug(f"voice {voice.name!r} pinned")
+        return True
+
+    def export_prints(self, model: str) -> dict[str, Any]:
+        """The pinned prints as a JSON-ready dict (``load_prints`` reads it back)."""
+        return {
+            "format": PRINTS_FORMAT,
+            "model": model,
+            "voices": {
+                name: {"prefix": list(p.prefix), "globals": list(p.globals)}
+                for name, p in sorted(self.pinned.items())
+            },
+        }
+
+    def load_prints(
+        self, data: dict[str, Any], check_prefix: Callable[[Sequence[int]], tuple[int, ...]]
+    ) -> list[str]:
+        """Pin the prints of an exported dict (replacing pins of the same voices).
+
+        Args:
+            data: what ``export_prints`` returned (e.g. read from its JSON file).
+            check_prefix: parses a prefix with the model's grammar and returns its globals
+                (raises ValueError when the prefix is not a voice prefix of this model).
+
+        Returns:
+            The names pinned.
+
+        Raises:
+            ValueError: a malformed file, an unknown voice, or a prefix that does not parse.
+        """
+        if not isinstance(data, dict) or data.get("format") != PRINTS_FORMAT:
+            raise ValueError(f"not a voice-print file: expected format {PRINTS_FORMAT!r}")
+        entries = data.get("voices")
+        if not isinstance(entries, dict):
+            raise ValueError("voice-print file: 'voices' must be an object")
+        loaded: dict[str, VoicePrint] = {}
+        for name, entry in entries.items():
+            voice = self.resolve(name)
+            if not voice.generated:
+                raise ValueError(f"voice {name!r} is not generated by the model: nothing to pin")
+            prefix = entry.get("prefix") if isinstance(entry, dict) else None
+            if not isinstance(prefix, list) or not all(isinstance(t, int) for t in prefix):
+                raise ValueError(f"voice {name!r}: 'prefix' must be a list of token ids")
+            codes = check_prefix(prefix)
+            if list(codes) != entry.get("globals"):
+                raise ValueError(f"voice {name!r}: 'globals' do not match the prefix")
+            loaded[voice.name] = VoicePrint(tuple(prefix), tuple(codes))
+        self.pinned.update(loaded)
+        return sorted(loaded)
 
 
 def _parse_controllable(key: str) -> Voice | None:
@@ -102,7 +246,7 @@ def _read_voices_file(path: Path) -> dict:
     return data
 
 
-def _voices_from_file(data: dict, path: Path) -> dict[str, Voice]:
+def _voices_from_file(data: dict, path: Path, num_globals: int) -> dict[str, Voice]:
     voices = {}
     for name, spec in data["voices"].items():
         key = name.strip().lower()
@@ -110,9 +254,12 @@ def _voices_from_file(data: dict, path: Path) -> dict[str, Voice]:
         speaker = spec.get("speaker")
         if codes is None and speaker is None:
             raise CheckpointError(f"{path}: voice {name!r} needs 'speaker' or 'globals'")
-        voices[key] = Voice(
-            name=key, speaker=speaker, globals=None if codes is None else tuple(codes)
-        )
+        if codes is not None:
+            try:
+                codes = check_globals(codes, num_globals, f"{path}: voice {name!r}")
+            except ValueError as e:
+                raise CheckpointError(str(e)) from e
+        voices[key] = Voice(name=key, speaker=speaker, globals=codes)
     return voices
 
 
@@ -121,9 +268,9 @@ def spark_voices(root: Path, num_globals: int) -> VoiceBook:
     path = root / VOICES_FILE
     if not path.is_file():
         voices = {g: Voice(name=g, gender=i) for i, g in enumerate(GENDERS)}
-        return VoiceBook(voices, "female", controllable=True, _num_globals=num_globals)
+        return VoiceBook(voices, "female", controllable=True, num_globals=num_globals)
     data = _read_voices_file(path)
-    voices = _voices_from_file(data, path)
+    voices = _voices_from_file(data, path, num_globals)
     default = str(data.get("default_voice", next(iter(voices)))).lower()
     if default not in voices:
         raise CheckpointError(f"{path}: default_voice {default!r} is not among its voices")
@@ -134,7 +281,7 @@ def spark_voices(root: Path, num_globals: int) -> VoiceBook:
         emotion_tags=tuple(data.get("emotion_tags", ())),
         controllable=True,
         max_part_chars=data.get("max_part_chars"),
-        _num_globals=num_globals,
+        num_globals=num_globals,
     )
 
 
@@ -153,4 +300,6 @@ def veena_voices(root: Path) -> VoiceBook:
     else:
         voices = {n: Voice(name=n, speaker=n) for n in VEENA_SPEAKERS}
         default, tags, max_part_chars = VEENA_SPEAKERS[0], (), None
-    return VoiceBook(voices, default, emotion_tags=tags, max_part_chars=max_part_chars)
+    return VoiceBook(
+        voices, default, emotion_tags=tags, max_part_chars=max_part_chars, num_globals=0
+    )

@@ -25,7 +25,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE, write_wav
-from pipecat_veena.engine import VeenaEngine
+from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.service import VeenaTTSService
 
 
@@ -106,32 +106,48 @@ class SayResult:
             return None
         return self.generation_seconds / self.audio_seconds
 
+    def summary(self) -> str:
+        """One line for people: length, time to first audio and real-time factor (or why not)."""
+        if not self.audio_seconds:
+            why = f": {self.errors[0]}" if self.errors else ""
+            return f"{self.path}: no audio was produced{why}"
+        return (
+            f"{self.path}: {self.audio_seconds:.2f} s at {self.sample_rate} Hz, first audio after "
+            f"{self.time_to_first_audio * 1000:.0f} ms, real-time factor "
+            f"{self.real_time_factor:.2f} (below 1 is faster than real time)"
+        )
+
 
 async def say_to_wav(
-    engine: VeenaEngine,
+    engine: SpeechEngine,
     text: str,
     path: str | Path,
     *,
     voice: str | None = None,
     sample_rate: int | None = None,
     seed: int | None = None,
+    language: str | None = None,
+    normalize: bool | None = None,
 ) -> SayResult:
     """Speak ``text`` with a started engine through a real Pipecat pipeline into a WAV file.
 
     Args:
-        engine: a started VeenaEngine.
+        engine: a started engine (in-process or remote).
         text: what to say.
         path: the WAV file to write.
         voice: a voice of the engine (None: its default).
         sample_rate: WAV rate (None: the codec's rate); audio is resampled to it.
         seed: sampling seed for reproducible output.
+        language: "hi" or "en" to speak numbers and dates in that language (None: per
+            sentence, from its script).
+        normalize: speak numbers, dates and codes as words (None: the engine's setting).
 
     Returns:
         The file, its length and the timings.
     """
     rate = sample_rate or engine.sample_rate
     collector = ErrorCollector()
-    tts = VeenaTTSService(engine, voice=voice, seed=seed)
+    tts = VeenaTTSService(engine, voice=voice, seed=seed, language=language, normalize=normalize)
     sink = WavSink(path, rate)
     worker = PipelineWorker(
         Pipeline([collector, tts, sink]),

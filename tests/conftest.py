@@ -56,7 +56,6 @@ async def _started_generator(model_dir: Path) -> AsyncIterator:
 @pytest_asyncio.fixture(scope="session")
 async def spark_generator(spark_tiny_checkpoint: Path) -> AsyncIterator:
     """A started vLLM CPU engine on the demo Spark LLM, shared by the whole session."""
-    pytest.importorskip("vllm")
     async for generator in _started_generator(spark_tiny_checkpoint / "LLM"):
         yield generator
 
@@ -127,6 +126,14 @@ def caplog_loguru():
 @pytest_asyncio.fixture(scope="session")
 async def veena_generator(veena_checkpoint: Path) -> AsyncIterator:
     """A started vLLM CPU engine on the demo Veena LLM (at the checkpoint root), session-wide."""
-    pytest.importorskip("vllm")
     async for generator in _started_generator(veena_checkpoint):
         yield generator
+
+
+@pytest_asyncio.fixture(scope="session")
+async def chromium():
+    """One headless system Chromium (Playwright) for the whole session; browser tests only."""
+    from browser import launch_chromium
+
+    async for browser in launch_chromium():
+        yield browser

@@ -24,7 +24,8 @@ from pipecat_veena.streaming import StreamConfig, StreamDecoder
 class RecordingCodec(FakeCodec):
     """The fake codec of test_streaming, also recording the thread of each call and able to block.
 
-    ``gate`` (a threading.Event, set by default) holds every decode until the test releases it.
+    ``gate`` (a threading.Event, set by default) holds every decode until the test releases it;
+    ``entered`` is set when a decode has started (``await codec.started()`` waits for it).
     """
 
     def __init__(self, **kwargs) -> None:
@@ -32,11 +33,17 @@ class RecordingCodec(FakeCodec):
         self.threads: set[str] = set()
         self.gate = threading.Event()
         self.gate.set()
+        self.entered = threading.Event()
 
     def decode_windows(self, windows: Sequence[CodecWindow]) -> list[np.ndarray]:
         self.threads.add(threading.current_thread().name)
+        self.entered.set()
         self.gate.wait(timeout=10)
         return super().decode_windows(windows)
+
+    async def started(self) -> None:
+        """Wait until the worker thread is inside a decode."""
+        assert await asyncio.to_thread(self.entered.wait, 10), "no decode started"
 
 
 def _bursts(seed: int, total: int) -> list[int]:
@@ -153,9 +160,9 @@ async def test_cancelled_waiter_does_not_break_the_others() -> None:
     try:
         codec.gate.clear()
         first = asyncio.ensure_future(batcher.decode(_window(3)))  # taken by the worker, held
-        await asyncio.sleep(0.05)
+        await codec.started()
         queued = [asyncio.ensure_future(batcher.decode(_window(n))) for n in (1, 2, 3)]
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # one loop turn: the three are queued behind the held batch
         queued[1].cancel()
         first.cancel()  # cancelled while its batch is being decoded
         codec.gate.set()
@@ -191,12 +198,13 @@ async def test_close_joins_the_worker_and_fails_waiting_decodes() -> None:
     batcher = DecodeBatcher(codec, max_wait_ms=1.0)
     assert (await batcher.decode(_window(1))).shape == (8,)
     codec.gate.clear()
+    codec.entered.clear()
     busy = asyncio.ensure_future(batcher.decode(_window(2)))
-    await asyncio.sleep(0.05)
+    await codec.started()  # the worker holds the busy window
     waiting = asyncio.ensure_future(batcher.decode(_window(3)))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one loop turn: it is queued
     closing = asyncio.ensure_future(batcher.close())
-    await asyncio.sleep(0.05)
+    await asyncio.wait([busy, waiting], timeout=10)  # close() failed both before the gate opens
     codec.gate.set()
     await closing
     for task in (busy, waiting):

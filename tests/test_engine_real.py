@@ -8,6 +8,8 @@ and keeps the prompts and generated ids, so tests can compare audio with the tok
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -96,12 +98,44 @@ async def test_pinned_voice_needs_no_globals_next_time(spark_tiny_checkpoint, sp
         _, first = await _speak(engine, "Good morning, how can I help?", voice="male", seed=1)
         _, second = await _speak(engine, "Good evening, how can I help?", voice="male", seed=1)
         # F + R = 20 semantic tokens and nothing else (vLLM may hand over a few more at once
-        # when the reader lags, hence a small allowance); the first call also paid the globals.
-        assert 20 <= second[0].tokens <= 24
-        assert first[0].tokens >= 32 + 20
+        # when the reader lags, hence a small allowance), unless the utterance was shorter; the
+        # first call also paid the globals.
+        total = second[-1].tokens
+        assert min(20, total - 1) <= second[0].tokens <= min(24, total)
+        assert first[0].tokens >= 32 + min(20, first[-1].tokens - 32 - 1)
         assert engine.stats()["pinned_voices"] == ["male"]
     finally:
         await engine.shutdown()
+
+
+async def test_exported_voices_make_another_engine_speak_the_same_voice(
+    tmp_path, spark_tiny_checkpoint, spark_generator
+):
+    """Two replicas: the second loads the first's pinned voices and continues in exactly that
+    voice (its prompt carries the same prefix), generating no globals of its own."""
+    config = EngineConfig(checkpoint=spark_tiny_checkpoint, warmup=False)
+    first = VeenaEngine(config, generator=spark_generator)
+    await first.start()
+    try:
+        await _speak(first, "Good morning.", voice="male", seed=21)
+        prints = first.export_voices(tmp_path / "voices.json")
+    finally:
+        await first.shutdown()
+    recorder = RecordingGenerator(spark_generator)
+    second = VeenaEngine(
+        replace(config, voices_file=tmp_path / "voices.json"), generator=recorder
+    )
+    await second.start()
+    try:
+        await _speak(second, "Good evening.", voice="male", seed=5, request_id="replica")
+        (prompt,) = recorder.prompts.values()
+        prefix = prints["voices"]["male"]["prefix"]
+        assert prompt[-len(prefix) - 1 : -1] == prefix
+        ids = second._format.ids
+        (out,) = recorder.outputs.values()
+        assert not any(0 <= t - ids.global_base < ids.num_global_codes for t in out)
+    finally:
+        await second.shutdown()
 
 
 async def test_abort_mid_stream_leaves_no_unfinished_request(spark):
@@ -171,22 +205,59 @@ async def test_control_strings_in_text_change_nothing(spark):
     by_prefix = {rid.split("-")[0]: rid for rid in rec.prompts}
     assert rec.prompts[by_prefix["clean"]] == rec.prompts[by_prefix["dirty"]]
     assert rec.outputs[by_prefix["clean"]] == rec.outputs[by_prefix["dirty"]]
-    assert rec.outputs[by_prefix["dirty"]][-1] == engine._format.ids.eos  # ended by the model
     assert len(clean) == len(dirty) and snr_db(clean.astype(float), dirty.astype(float)) > 40
 
 
-async def test_garbage_sampling_is_a_clear_error_never_a_hang(spark):
-    engine, _ = spark
-    with pytest.raises((MalformedStreamError, NoAudioError)):
-        async with asyncio.timeout(60):
-            await _speak(engine, "Hello there.", temperature=2.0, top_k=0, top_p=1.0, seed=0)
+@pytest.mark.parametrize("voice", ["male", "lipakshi", "female:high:low"])
+async def test_any_sampling_follows_the_grammar(spark, voice):
+    """Near-uniform sampling (T 2.0, no top-k/p) stands in for an untrained model: held to the
+    codec grammar, every stream still parses and plays, whatever the prompt form (controllable:
+    a free acoustic block first; named: globals first)."""
+    engine, rec = spark
+    for seed in range(3):
+        rec.outputs.clear()
+        pcm, _ = await _speak(
+            engine, "Hello there.", voice=voice, temperature=2.0, top_k=0, top_p=1.0, seed=seed
+        )
+        semantics = sum(_semantic_count(engine, out) for out in rec.outputs.values())
+        assert semantics > 0 and len(pcm) == 320 * semantics
     assert engine.stats()["unfinished_requests"] == 0
+
+
+async def test_unconstrained_garbage_is_a_clear_error_never_a_hang(
+    spark_tiny_checkpoint, spark_generator
+):
+    """With the grammar constraint off, garbage sampling gives either a clear error from the
+    stream parser or (by chance) audio: never a hang, never another exception."""
+    engine = VeenaEngine(
+        EngineConfig(
+            checkpoint=spark_tiny_checkpoint,
+            constrain_grammar=False,
+            warmup=False,
+            pin_voices=False,
+        ),
+        generator=spark_generator,
+    )
+    await engine.start()
+    try:
+        for seed in range(3):
+            with contextlib.suppress(MalformedStreamError, NoAudioError):
+                async with asyncio.timeout(60):
+                    await _speak(
+                        engine, "Hello there.", temperature=2.0, top_k=0, top_p=1.0, seed=seed
+                    )
+        assert engine.stats()["unfinished_requests"] == 0
+    finally:
+        await engine.shutdown()
 
 
 async def test_snac_short_utterance_under_28_tokens_still_has_audio(veena):
     engine, rec = veena
+    rec.outputs.clear()
     pcm, chunks = await _speak(engine, "Hi.", max_tokens=14, seed=1)
-    assert len(pcm) == 2 * 2048  # both frames, first and last included
+    codes = [t for out in rec.outputs.values() for t in out if t >= engine._format.ids.audio_base]
+    assert 7 <= len(codes) <= 14
+    assert len(pcm) == 2048 * (len(codes) // 7)  # every frame, first and last included
     assert {c.sample_rate for c in chunks} == {24000}
 
 
@@ -197,6 +268,6 @@ async def test_snac_stream_length_matches_its_frames(veena):
         pcm, _ = await _speak(engine, "नमस्ते, आपका स्वागत है।", voice=voice, seed=5)
         ids = engine._format.ids
         codes = [t for out in rec.outputs.values() for t in out if t >= ids.audio_base]
-        assert len(codes) % 7 == 0 and codes
-        assert len(pcm) == 2048 * len(codes) // 7
+        assert codes
+        assert len(pcm) == 2048 * (len(codes) // 7)  # a frame cut by the cap is dropped
     assert engine.stats()["unfinished_requests"] == 0

@@ -23,6 +23,7 @@ from engine_fakes import (
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.errors import (
+    CheckpointError,
     EngineNotRunningError,
     MalformedStreamError,
     NoAudioError,
@@ -38,7 +39,7 @@ async def _engine(tmp_path, script, **config) -> tuple[VeenaEngine, ScriptedGene
     generator = ScriptedGenerator(script)
     cfg = EngineConfig(
         checkpoint=make_checkpoint(tmp_path, voices=config.pop("voices", None)),
-        warmup=False,
+        warmup=config.pop("warmup", False),
         stream=StreamConfig(first_frames=4, lookahead_frames=4, max_chunk_frames=64),
         **config,
     )
@@ -106,6 +107,84 @@ async def test_pinned_voice_skips_the_globals_next_time(tmp_path):
     assert first[0].tokens == 3 + 32 + 4 + 4
     assert gen.prompts[1][-2] == IDS.marker("end_global_token")
     assert engine.stats()["pinned_voices"] == ["male"]
+    await engine.shutdown()
+
+
+def _varying_voice(semantics: int):
+    """A well-formed script whose generated globals differ per request (as sampling would)."""
+    count = [0]
+
+    def script(prompt, options):
+        count[0] += 1
+        return well_formed(IDS, voice_globals=[count[0]] * 32, semantics=semantics)(prompt, options)
+
+    return script
+
+
+async def test_only_a_cleanly_completed_request_pins_its_voice(tmp_path):
+    """A request that failed, was aborted or hit the runaway cap does not pin its voice; the
+    next clean one does, and every later request then speaks with that voice."""
+    engine, gen = await _engine(tmp_path, _varying_voice(semantics=30))
+    stream = engine.stream("Interrupted before the end.", voice="male")
+    await anext(stream)
+    await stream.aclose()  # aborted
+    assert engine.stats()["pinned_voices"] == []
+    await _collect(engine, "Capped.", voice="male", max_tokens=50)  # the runaway cap
+    assert engine.stats()["pinned_voices"] == []
+    await _collect(engine, "Clean.", voice="male")  # the 3rd request, globals [3] * 32
+    assert engine.stats()["pinned_voices"] == ["male"]
+    await _collect(engine, "Later.", voice="male")
+    assert gen.prompts[-1][-34:-2] == IDS.global_ids([3] * 32)
+    await engine.shutdown()
+
+
+async def test_pinned_voices_export_and_load_in_another_engine(tmp_path):
+    first, _ = await _engine(tmp_path / "a", _varying_voice(semantics=10))
+    await _collect(first, "Hi.", voice="male")
+    await _collect(first, "Hi.", voice="female:high:low")
+    path = tmp_path / "prints.json"
+    data = first.export_voices(path)
+    assert sorted(data["voices"]) == ["female:high:low", "male"]
+    await first.shutdown()
+
+    config = {"voices_file": path}
+    second, gen = await _engine(tmp_path / "b", _varying_voice(semantics=10), **config)
+    assert second.stats()["pinned_voices"] == ["female:high:low", "male"]
+    await _collect(second, "Hi.", voice="male")
+    assert gen.prompts[-1][-34:-2] == IDS.global_ids([1] * 32)  # the first engine's voice
+    assert len(gen.prompts) == 1  # and no globals generated here
+    await second.shutdown()
+
+
+async def test_bad_voice_print_files_are_clear_errors(tmp_path):
+    engine, _ = await _engine(tmp_path, _varying_voice(semantics=10))
+    await _collect(engine, "Hi.", voice="male")
+    good = engine.export_voices()
+    entry = good["voices"]["male"]
+    with pytest.raises(ValueError, match="not a voice-print file"):
+        engine.load_voices({"voices": {}})
+    with pytest.raises(UnknownVoiceError, match="robot"):
+        engine.load_voices({**good, "voices": {"robot": entry}})
+    with pytest.raises(ValueError, match="not a voice prefix of this model"):
+        engine.load_voices({**good, "voices": {"male": {**entry, "prefix": entry["prefix"][:-1]}}})
+    with pytest.raises(ValueError, match="do not match"):
+        engine.load_voices({**good, "voices": {"male": {**entry, "globals": [0] * 32}}})
+    with pytest.raises(ValueError, match="cannot read voice prints"):
+        engine.load_voices(tmp_path / "missing.json")
+    await engine.shutdown()
+
+
+@pytest.mark.parametrize("globals_", [[1, 2], [4096] * 32, [-1] * 32, ["7"] * 32])
+async def test_voices_json_globals_are_checked_at_load(tmp_path, globals_):
+    voices = {"template": TEMPLATE, "voices": {"bad": {"globals": globals_}}}
+    with pytest.raises(CheckpointError, match="32 global codes"):
+        await _engine(tmp_path, well_formed(IDS, voice_globals=VOICE, semantics=8), voices=voices)
+
+
+async def test_warmup_pins_the_default_voice_with_its_fixed_seed(tmp_path):
+    engine, gen = await _engine(tmp_path, _varying_voice(semantics=10), warmup=True)
+    assert engine.stats()["pinned_voices"] == ["female"]
+    assert gen.options[0].seed == 0
     await engine.shutdown()
 
 

@@ -1,4 +1,6 @@
-"""The vLLM engine process never outlives its owner: shut down on SIGTERM (and at exit)."""
+"""The vLLM engine process never outlives its owner: shut down on SIGTERM (and at exit), also
+when the engine runs on a thread of its own (EngineThread, the LiveKit path); and a reader in
+another event loop is told when that thread's engine shuts down under it."""
 
 from __future__ import annotations
 
@@ -29,14 +31,52 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("how", ["sigterm", "exit"])
+THREAD_SCRIPT = """
+import asyncio, sys, time
+from pathlib import Path
+from pipecat_veena.config import EngineConfig
+from pipecat_veena.engine_thread import EngineThread
+from pipecat_veena.errors import EngineNotRunningError
+
+async def read_while_shutting_down(host):
+    stream = host.stream("A long answer that keeps going on and on. " * 4, seed=1)
+    await anext(stream)
+    reader = asyncio.ensure_future(stream.__anext__())
+    await asyncio.sleep(0.1)
+    await host.shutdown()
+    try:
+        async with asyncio.timeout(30):
+            while True:
+                await reader
+                reader = asyncio.ensure_future(stream.__anext__())
+    except EngineNotRunningError as e:
+        print("reader-ended:", e, flush=True)
+
+if __name__ == "__main__":
+    config = EngineConfig(checkpoint=Path(sys.argv[1]), warmup=False, max_model_len=1024,
+                          max_num_seqs=4)
+    host = EngineThread.launch(config)
+    print("ready", flush=True)
+    if sys.argv[2] == "reader":
+        asyncio.run(read_while_shutting_down(host))
+    else:
+        time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("how", ["sigterm", "exit", "thread-sigterm", "thread-reader"])
 def test_engine_process_ends_with_its_owner(tmp_path: Path, spark_tiny_checkpoint: Path, how):
     script = tmp_path / "owner.py"
-    body = SCRIPT if how == "sigterm" else SCRIPT.replace("await asyncio.sleep(600)", "pass")
+    if how.startswith("thread"):
+        body = THREAD_SCRIPT
+        args = [str(spark_tiny_checkpoint), how.removeprefix("thread-")]
+    else:
+        body = SCRIPT if how == "sigterm" else SCRIPT.replace("await asyncio.sleep(600)", "pass")
+        args = [str(spark_tiny_checkpoint / "LLM")]
     script.write_text(body)
     env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
     owner = subprocess.Popen(
-        [sys.executable, str(script), str(spark_tiny_checkpoint / "LLM")],
+        [sys.executable, str(script), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -49,8 +89,11 @@ def test_engine_process_ends_with_its_owner(tmp_path: Path, spark_tiny_checkpoin
             p for p in psutil.Process(owner.pid).children(recursive=True) if "python" in p.name()
         ]
         assert engines, "no engine process was started"
-        if how == "sigterm":
+        if how.endswith("sigterm"):
             owner.send_signal(signal.SIGTERM)
+        if how == "thread-reader":
+            rest = owner.stdout.read()
+            assert "reader-ended:" in rest and "shut down" in rest, rest[-500:]
         owner.wait(timeout=60)
         assert owner.returncode in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
         deadline = time.monotonic() + 15

@@ -47,8 +47,18 @@ class Events:
 
     def __init__(self, tts):
         self.errors, self.metrics = [], []
+        self.measured = asyncio.Event()
         tts.on("error", self.errors.append)
-        tts.on("metrics_collected", self.metrics.append)
+        tts.on("metrics_collected", self._metrics)
+
+    def _metrics(self, metrics) -> None:
+        self.metrics.append(metrics)
+        self.measured.set()
+
+    async def settle(self) -> None:
+        """Wait for the metrics event (LiveKit's monitor task emits it after the audio)."""
+        async with asyncio.timeout(10):
+            await self.measured.wait()
 
 
 async def test_synthesize_collect_rate_length_and_metrics(livekit_engine):
@@ -57,14 +67,15 @@ async def test_synthesize_collect_rate_length_and_metrics(livekit_engine):
     events = Events(tts)
     text = "Hello there, this is Veena speaking."
     frame = await tts.synthesize(text).collect()
-    await asyncio.sleep(0.05)  # metrics come from LiveKit's monitor task
+    await events.settle()
     (m,) = events.metrics
     tokens = counter.tokens_of(m.request_id)
     assert frame.sample_rate == engine.sample_rate == tts.sample_rate
     assert frame.samples_per_channel == _semantic_samples(engine, tokens) > 0
     assert m.ttfb > 0 and m.audio_duration == pytest.approx(frame.duration, abs=1e-3)
     assert m.characters_count == len(text) and m.output_tokens == len(tokens)
-    assert m.metadata.model_name == engine.config.checkpoint.name
+    assert m.metadata.model_name == engine.model_name
+    assert m.input_tokens > 0 and m.output_tokens == len(tokens)
     assert all(e.recoverable for e in events.errors)
     assert engine.stats()["unfinished_requests"] == 0
 
@@ -92,7 +103,7 @@ async def test_stream_speaks_pushed_pieces_as_one_final_segment(livekit_engine):
             stream.push_text(piece)
         stream.flush()
         frames = [first, *[ev async for ev in stream]]
-    await asyncio.sleep(0.05)
+    await events.settle()
     assert frames[-1].is_final and not any(ev.is_final for ev in frames[:-1])
     assert len({ev.segment_id for ev in frames}) == 1 and frames[0].segment_id
     assert {ev.frame.sample_rate for ev in frames} == {engine.sample_rate}

@@ -29,7 +29,7 @@ from pipecat_veena.errors import (
     NoAudioError,
     UnknownVoiceError,
 )
-from pipecat_veena.livekit import VeenaTTS
+from pipecat_veena.livekit import CHUNKED_RETRIES_AFTER_AUDIO, VeenaTTS
 from pipecat_veena.streaming import StreamConfig
 
 RATE = 16000
@@ -42,15 +42,21 @@ class FakeEngine:
     """A fake VeenaEngine for fault injection: speaks ``chunks`` pieces of a 220 Hz tone.
 
     The first ``failures`` requests raise ``error`` just before chunk ``fail_at`` (0: before any
-    audio). ``delay`` is the wait before each chunk. Open requests are tracked so tests can see
-    that closing a stream closed the engine stream (``stats()`` counts them).
+    audio), or hang before chunk ``stall_at``. ``delay`` is the wait before each chunk. Open
+    requests are tracked so tests can see that closing a stream closed the engine stream
+    (``stats()`` counts them).
     """
 
     voices = ["female", "male"]
     model_name = "fake-veena"
+    emotion_tags = ("<laugh>", "<sigh>")
 
-    def __init__(self, *, chunks=5, fail_at=None, failures=1, error=None, delay=0.0, running=True):
-        self.config = SimpleNamespace(checkpoint=Path("/models/fake-veena"), pin_voices=True)
+    def __init__(
+        self, *, chunks=5, fail_at=None, failures=1, error=None, delay=0.0, running=True,
+        stall_at=None,
+    ):  # fmt: skip
+        self.config = SimpleNamespace(pin_voices=True)
+        self.stall_at = stall_at
         self.chunks, self.fail_at, self.failures = chunks, fail_at, failures
         self.error = error or MalformedStreamError("injected fault")
         self.delay = delay
@@ -70,7 +76,8 @@ class FakeEngine:
         self.is_running = True
 
     def check_voice(self, voice):
-        if voice not in (None, *self.voices):
+        base = (voice or "").split(":")[0] or None
+        if base not in (None, *self.voices):
             raise UnknownVoiceError(f"unknown voice {voice!r}")
         return voice or self.voices[0]
 
@@ -91,9 +98,11 @@ class FakeEngine:
                 if n < self.failures and i == self.fail_at:
                     raise self.error
                 await asyncio.sleep(self.delay)
+                if i == self.stall_at and n < self.failures:
+                    await asyncio.sleep(3600)  # a hung engine
                 t = np.arange(i * CHUNK, (i + 1) * CHUNK) / RATE
                 pcm = (8000 * np.sin(2 * np.pi * 220 * t)).astype("<i2").tobytes()
-                yield AudioChunk(pcm, RATE, tokens=10 * (i + 1))
+                yield AudioChunk(pcm, RATE, tokens=10 * (i + 1), prompt_tokens=7)
         finally:
             self.open.discard(rid)
 
@@ -103,8 +112,18 @@ class Events:
 
     def __init__(self, tts):
         self.errors, self.metrics = [], []
+        self.measured = asyncio.Event()
         tts.on("error", self.errors.append)
-        tts.on("metrics_collected", self.metrics.append)
+        tts.on("metrics_collected", self._metrics)
+
+    def _metrics(self, metrics) -> None:
+        self.metrics.append(metrics)
+        self.measured.set()
+
+    async def settle(self) -> None:
+        """Wait for the metrics event (LiveKit's monitor task emits it after the audio)."""
+        async with asyncio.timeout(5):
+            await self.measured.wait()
 
 
 async def _frames(stream):
@@ -113,10 +132,6 @@ async def _frames(stream):
 
 def _samples(frames) -> int:
     return sum(ev.frame.samples_per_channel for ev in frames)
-
-
-async def _settle():
-    await asyncio.sleep(0.05)  # metrics are emitted by LiveKit's monitor task
 
 
 async def test_capabilities_rate_model_provider():
@@ -130,12 +145,13 @@ async def test_synthesize_pushes_all_audio_with_metrics():
     tts = VeenaTTS(engine, seed=3)
     events = Events(tts)
     frame = await tts.synthesize("Hello there.", conn_options=FAST).collect()
-    await _settle()
+    await events.settle()
     assert frame.sample_rate == RATE and frame.samples_per_channel == 5 * CHUNK
     assert engine.calls == [("Hello there.", "female", {"seed": 3})]
     (m,) = events.metrics
     assert m.ttfb > 0 and m.audio_duration == pytest.approx(0.5) and m.characters_count == 12
-    assert m.output_tokens == 50 and not m.streamed and events.errors == []
+    assert m.output_tokens == 50 and m.input_tokens == 7
+    assert not m.streamed and events.errors == []
 
 
 async def test_requested_rate_is_resampled_to_the_same_duration():
@@ -154,7 +170,7 @@ async def test_error_before_first_audio_is_retried_and_succeeds(streamed):
     tts = VeenaTTS(engine, seed=3)
     events = Events(tts)
     frames = await _speak(tts, "Hello there, how are you?", streamed)
-    await _settle()
+    await events.settle()
     assert _samples(frames) == 5 * CHUNK
     assert [call[2]["seed"] for call in engine.calls] == [3, 4]  # a retry takes the next seed
     (error,) = events.errors
@@ -164,16 +180,50 @@ async def test_error_before_first_audio_is_retried_and_succeeds(streamed):
     assert engine.open == set()
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-async def test_error_after_first_audio_is_not_retried(streamed):
+async def test_stream_error_after_first_audio_is_not_retried():
     engine = FakeEngine(fail_at=2, failures=1)
     tts = VeenaTTS(engine)
     events = Events(tts)
     with pytest.raises(APIError, match="injected fault") as info:
-        await _speak(tts, "Hello there, how are you?", streamed)
+        await _speak(tts, "Hello there, how are you?", streamed=True)
     assert not info.value.retryable and len(engine.calls) == 1
     (error,) = events.errors
     assert not error.recoverable and error.error is info.value
+    assert engine.open == set()
+
+
+async def test_synthesize_error_after_partial_audio_follows_livekits_retry_rule():
+    """LiveKit 1.7+ retries synthesize() after partial audio under a new request id (the
+    partial audio is stale): the plugin marks such errors retryable, and the retry speaks
+    the whole text again."""
+    assert CHUNKED_RETRIES_AFTER_AUDIO  # livekit-agents 1.8 is what the extra installs
+    engine = FakeEngine(fail_at=2, failures=1)
+    tts = VeenaTTS(engine)
+    events = Events(tts)
+    frames = await _frames(tts.synthesize("Hello there, how are you?", conn_options=FAST))
+    assert len(engine.calls) == 2
+    (error,) = events.errors
+    assert error.recoverable and error.error.retryable
+    final = [ev for ev in frames if ev.request_id == frames[-1].request_id]
+    assert _samples(final) == 5 * CHUNK  # the retry's request carries the whole utterance
+    assert engine.open == set()
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_stall_after_first_audio_is_a_timeout_not_endless_silence(streamed):
+    engine = FakeEngine(stall_at=2, failures=1)
+    tts = VeenaTTS(engine)
+    events = Events(tts)
+    options = APIConnectOptions(max_retry=1, retry_interval=0.0, timeout=0.3)
+    async with asyncio.timeout(10):
+        if streamed:
+            with pytest.raises(APITimeoutError, match="the next chunk"):
+                await _speak(tts, "Hello there.", streamed, options)
+            assert len(engine.calls) == 1 and [e.recoverable for e in events.errors] == [False]
+        else:  # retried: the second attempt does not stall
+            frames = await _speak(tts, "Hello there.", streamed, options)
+            assert len(engine.calls) == 2 and _samples(frames) >= 5 * CHUNK
+            assert "the next chunk" in str(events.errors[0].error)
     assert engine.open == set()
 
 
@@ -245,7 +295,7 @@ async def test_stream_speaks_sentences_while_text_arrives():
             stream.push_text(piece)
         stream.flush()
         frames = [first, *[ev async for ev in stream]]
-    await _settle()
+    await events.settle()
     assert [c[0] for c in engine.calls] == [
         "The first sentence is here.",
         "And the second one follows now.",
@@ -316,6 +366,24 @@ async def test_first_call_starts_a_stopped_engine_once():
     assert engine.started == 1 and all(f.samples_per_channel == 5 * CHUNK for f in frames)
 
 
+async def test_pitch_speed_voices_markup():
+    engine = FakeEngine()
+    tts = VeenaTTS(engine, voice="male", pitch="high")
+    assert tts.list_voices() == ["female", "male"]
+    await tts.synthesize("Hello there.").collect()
+    assert engine.calls[-1][1] == "male:high:moderate"
+    with pytest.raises(ValueError, match="speed must be one of"):
+        tts.update_options(speed="fastest")
+    assert tts.options.speed is None
+    markup = tts.markup
+    assert "<laugh>, <sigh>" in markup.llm_instructions()
+    assert markup.convert('So funny <sound value="laugh"/> right [sigh]') == (
+        "So funny <laugh> right <sigh>"
+    )
+    assert markup.convert('<sound value="cough"/>ok') == "ok"  # undeclared: dropped
+    assert markup.info.nonverbals == {"sound": ["laugh", "sigh"]}
+
+
 def test_unpinned_voices_are_warned_about(caplog_loguru):
     engine = FakeEngine()
     VeenaTTS(engine)
@@ -325,10 +393,10 @@ def test_unpinned_voices_are_warned_about(caplog_loguru):
     assert "pin_voices=False" in caplog_loguru.text
 
 
-async def _speak(tts, text, streamed):
+async def _speak(tts, text, streamed, options=FAST):
     if not streamed:
-        return await _frames(tts.synthesize(text, conn_options=FAST))
-    stream = tts.stream(conn_options=FAST)
+        return await _frames(tts.synthesize(text, conn_options=options))
+    stream = tts.stream(conn_options=options)
     async with stream:
         stream.push_text(text)
         stream.end_input()

@@ -21,12 +21,19 @@ from pipecat.frames.frames import (
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
     LLMTextFrame,
+    MetricsFrame,
     TTSAudioRawFrame,
     TTSSpeakFrame,
     TTSStartedFrame,
     TTSStoppedFrame,
     TTSTextFrame,
     TTSUpdateSettingsFrame,
+)
+from pipecat.metrics.metrics import (
+    ProcessingMetricsData,
+    TTFAMetricsData,
+    TTFBMetricsData,
+    TTSUsageMetricsData,
 )
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
@@ -35,6 +42,7 @@ from recording import RecordingGenerator
 from pipecat_veena.audio import read_wav
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.errors import GenerationError
+from pipecat_veena.normalize import normalize
 from pipecat_veena.service import VeenaTTSService
 
 pytestmark = pytest.mark.vllm
@@ -105,38 +113,64 @@ async def test_llm_turn_is_one_context_with_all_its_audio(engine):
     assert [type(f) for f in down].count(TTSStartedFrame) == 1
 
 
+class _TracingTTS(VeenaTTSService):
+    """Records, at each InterruptionFrame it handles, every context created before it, so a
+    test can tell late audio from a context interrupted before its first audio (such a context
+    has no TTSStartedFrame or audio downstream to remember it by)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.created: list[str] = []
+        self.before_interruption: list[set[str]] = []
+
+    async def on_turn_context_created(self, context_id: str) -> None:
+        await super().on_turn_context_created(context_id)
+        self.created.append(context_id)
+
+    async def process_frame(self, frame, direction) -> None:
+        if isinstance(frame, InterruptionFrame):
+            self.before_interruption.append(set(self.created))
+        await super().process_frame(frame, direction)
+
+
 async def test_fifty_interruptions_across_concurrent_pipelines(engine):
+    """Interruptions at random moments, many before any audio: no audio of an interrupted
+    context ever follows its interruption, nothing keeps generating, the last answer plays."""
     rng = random.Random(7)
     long_text = "This is a long answer that keeps going so that it can be interrupted. " * 2
 
     async def pipeline(index: int):
         frames = []
-        for _ in range(10):
-            frames += [
-                TTSSpeakFrame(long_text),
-                SleepFrame(rng.uniform(0.05, 0.6)),
-                InterruptionFrame(),
-            ]
+        for turn in range(10):
+            # every third interruption comes right away, before the first audio
+            pause = rng.uniform(0.0, 0.03) if turn % 3 == 0 else rng.uniform(0.05, 0.6)
+            frames += [TTSSpeakFrame(long_text), SleepFrame(pause), InterruptionFrame()]
         frames += [SleepFrame(0.2), TTSSpeakFrame("And now the last answer.")]
+        tts = _TracingTTS(engine, seed=index)
         down, up = await run_test(
-            VeenaTTSService(engine, seed=index),
+            tts,
             frames_to_send=frames,
             pipeline_params=PipelineParams(audio_out_sample_rate=16000),
         )
-        return down, up
+        return tts, down, up
 
     results = await asyncio.gather(*(pipeline(i) for i in range(5)))
     assert engine.stats()["unfinished_requests"] == 0
     assert engine.stats()["active_streams"] == 0
-    for down, up in results:
-        seen_contexts: set[str] = set()
+    silent_interrupted = 0
+    for tts, down, up in results:
+        assert len(tts.before_interruption) == 10
+        interruptions = iter(tts.before_interruption)
         interrupted: set[str] = set()
+        spoke: set[str] = set()
         for frame in down:
             if isinstance(frame, InterruptionFrame):
-                interrupted |= seen_contexts
+                before = next(interruptions)
+                silent_interrupted += len(before - interrupted - spoke)
+                interrupted |= before
             elif isinstance(frame, TTSAudioRawFrame):
                 assert frame.context_id not in interrupted, "audio after its interruption"
-                seen_contexts.add(frame.context_id)
+                spoke.add(frame.context_id)
         last = down[max(i for i, f in enumerate(down) if isinstance(f, InterruptionFrame)) :]
         tail_audio = _audio(last)
         assert tail_audio, "the utterance after the interruptions did not play"
@@ -144,6 +178,26 @@ async def test_fifty_interruptions_across_concurrent_pipelines(engine):
         tail = sum(len(f.audio) for f in tail_audio) // 2
         assert tail == _semantics(engine, tail_context) * 320
         assert not [f for f in up if isinstance(f, ErrorFrame)]
+    assert silent_interrupted >= 5, "too few contexts were interrupted before their audio"
+
+
+async def test_metrics_on_the_real_engine(engine):
+    """TTFB, TTFA (the first audible sample of the real codec's audio), processing and usage."""
+    down, _ = await run_test(
+        VeenaTTSService(engine, seed=3),
+        frames_to_send=[TTSSpeakFrame("Metrics, please.")],
+        pipeline_params=PipelineParams(
+            audio_out_sample_rate=16000, enable_metrics=True, enable_usage_metrics=True
+        ),
+    )
+    data = [d for f in down if isinstance(f, MetricsFrame) for d in f.data]
+    by_kind = {type(d): d for d in data if getattr(d, "value", 1)}
+    for kind in (TTFBMetricsData, TTFAMetricsData, ProcessingMetricsData, TTSUsageMetricsData):
+        assert kind in by_kind, f"no {kind.__name__}"
+    ttfa = by_kind[TTFAMetricsData]
+    assert ttfa.ttfa >= ttfa.ttfb > 0
+    assert ttfa.ttfb == pytest.approx(by_kind[TTFBMetricsData].value)
+    assert by_kind[TTSUsageMetricsData].value == len("Metrics, please.")
 
 
 async def test_sixteen_concurrent_pipelines_get_their_own_audio(engine):
@@ -165,7 +219,7 @@ async def test_sixteen_concurrent_pipelines_get_their_own_audio(engine):
     for i, (context_id, samples) in enumerate(results):
         assert samples == _semantics(engine, context_id) * 320 > 0
         rid = next(r for r in prompts if r.startswith(f"{context_id}-"))
-        text_ids = engine._format.encoder.user_text(texts[i])
+        text_ids = engine._format.encoder.user_text(normalize(texts[i]))  # digits as words
         prompt = prompts[rid]
         assert any(prompt[k : k + len(text_ids)] == text_ids for k in range(len(prompt)))
         assert outputs[rid]
@@ -256,7 +310,23 @@ def test_say_command_writes_a_wav_of_the_asked_rate(tmp_path, spark_tiny_checkpo
     assert result.returncode == 0, result.stderr[-3000:]
     samples, rate = read_wav(out)
     assert rate == 8000 and len(samples) > 0 and np.abs(samples).max() > 0
-    assert "time to first audio" in result.stdout and "real-time factor" in result.stdout
+    assert "first audio after" in result.stdout and "real-time factor" in result.stdout
+    # vLLM's start-up warnings (no Triton, raw prompts, tokenizer-less EOS) are not for users
+    for noise in ("Triton", "raw prompts", "EOS token", "WARNING", "Traceback"):
+        assert noise not in result.stderr, result.stderr[-2000:]
+
+
+def test_say_command_errors_are_one_line(tmp_path, spark_tiny_checkpoint):
+    """A missing checkpoint or an unknown voice: one line naming the problem, exit status 2,
+    before any engine starts."""
+    for extra, expected in (
+        (["--model", str(tmp_path / "nowhere")], "does not exist"),
+        (["--model", str(spark_tiny_checkpoint), "--voice", "robot"], "unknown voice 'robot'"),
+    ):
+        result = _run([sys.executable, "-m", "pipecat_veena.cli", "say", "hi", *extra])
+        assert result.returncode == 2, result.stderr[-2000:]
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and expected in lines[0], result.stderr[-2000:]
 
 
 def test_wav_bot_example_runs_on_the_demo_checkpoint(tmp_path, spark_tiny_checkpoint):

@@ -7,16 +7,27 @@ path can be scripted; test_service_real.py runs the same service on the real eng
 from __future__ import annotations
 
 import asyncio
+import time
+import zlib
+from contextlib import aclosing
 
-import numpy as np
 import pytest
-from engine_fakes import FakeBiCodec, ScriptedGenerator, make_checkpoint, spark_ids, well_formed
+from engine_fakes import (
+    TEMPLATE,
+    FakeBiCodec,
+    ScriptedGenerator,
+    make_checkpoint,
+    spark_ids,
+    well_formed,
+)
 from pipecat.frames.frames import (
     ErrorFrame,
+    Frame,
     InterruptionFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
     LLMTextFrame,
+    MetricsFrame,
     TTSAudioRawFrame,
     TTSSpeakFrame,
     TTSStartedFrame,
@@ -24,8 +35,16 @@ from pipecat.frames.frames import (
     TTSTextFrame,
     TTSUpdateSettingsFrame,
 )
+from pipecat.metrics.metrics import (
+    ProcessingMetricsData,
+    TTFBMetricsData,
+    TTSUsageMetricsData,
+)
+from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.pipeline.worker import PipelineParams
+from pipecat.services.tts_service import TextAggregationMode
 from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.transcriptions.language import Language
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.service import VeenaTTSService
@@ -213,19 +232,237 @@ async def test_unknown_voice_at_construction_lists_the_valid_ones(tmp_path):
     await engine.shutdown()
 
 
+def _by_text(prompt: list[int], options) -> list[int]:
+    """Like ``well_formed``, but the semantic codes depend on the prompt (so on the text): two
+    calls with different texts get different audio, and cross-talk shows."""
+    end_global, start_semantic = IDS.marker("end_global_token"), IDS.marker("start_semantic_token")
+    body = prompt[: prompt.index(IDS.marker("end_content"))]  # the text, not the voice
+    codes = [zlib.crc32(f"{body}/{i}".encode()) % 8192 for i in range(50)]
+    speech = [IDS.semantic_base + c for c in codes] + [IDS.eos]
+    if prompt[-1] == start_semantic:
+        return speech
+    head = [IDS.marker("start_global_token"), *IDS.global_ids(VOICE), end_global]
+    return [*head, start_semantic, *speech]
+
+
 async def test_many_concurrent_pipelines_get_their_own_audio(tmp_path):
-    engine = await _engine(tmp_path, delay=0.001)
+    engine = await _engine(tmp_path, _by_text, delay=0.001)
+    texts = [f"Call number {i}." for i in range(8)]
+    voices = ["female" if i % 2 else "male" for i in range(8)]
 
     async def one(i: int):
         down, _ = await run_test(
-            VeenaTTSService(engine, voice="female" if i % 2 else "male"),
-            frames_to_send=[TTSSpeakFrame(f"Call number {i}.")],
+            VeenaTTSService(engine, voice=voices[i]),
+            frames_to_send=[TTSSpeakFrame(texts[i])],
             pipeline_params=PipelineParams(audio_out_sample_rate=16000),
         )
         return b"".join(f.audio for f in _audio(down))
 
     results = await asyncio.gather(*(one(i) for i in range(8)))
-    assert all(len(r) == 50 * 320 * 2 for r in results)
     assert engine.stats()["active_streams"] == 0
-    assert np.array_equal(np.frombuffer(results[1], "<i2"), np.frombuffer(results[3], "<i2"))
+    assert len(set(results)) == 8, "two calls got the same audio"
+    for i in range(8):  # each call's audio is exactly what its own text gives alone
+        solo = b"".join([c.pcm async for c in engine.stream(texts[i], voices[i])])
+        assert results[i] == solo, f"call {i} got audio that is not its own"
+    await engine.shutdown()
+
+
+class _Timeline(BaseObserver):
+    """Records when each frame left the service under test (monotonic seconds)."""
+
+    def __init__(self, source_type: type) -> None:
+        super().__init__()
+        self.source_type = source_type
+        self.events: list[tuple[float, Frame]] = []
+
+    async def on_push_frame(self, data: FramePushed) -> None:
+        if isinstance(data.source, self.source_type):
+            self.events.append((time.monotonic(), data.frame))
+
+    def first(self, kind: type, after: float = 0.0) -> float:
+        return next(t for t, f in self.events if isinstance(f, kind) and t >= after)
+
+
+async def test_failed_sentence_does_not_stall_the_next_turn(tmp_path):
+    """An utterance that fails before any audio closes its context at once: the next turn
+    plays within a second of the error (not after Pipecat's stop-frame timeout), and no TTFB
+    is reported for the failed utterance."""
+    calls = []
+    good = well_formed(IDS, voice_globals=VOICE, semantics=20)
+
+    def flaky(prompt, options):
+        calls.append(1)
+        if len(calls) <= 2:  # malformed: a semantic before the voice
+            return [IDS.marker("start_global_token"), IDS.semantic_base]
+        return good(prompt, options)
+
+    engine = await _engine(tmp_path, flaky)
+    timeline = _Timeline(VeenaTTSService)
+    started = time.monotonic()
+    down, up = await run_test(
+        VeenaTTSService(engine),
+        frames_to_send=[TTSSpeakFrame("Broken."), TTSSpeakFrame("Bad too."), TTSSpeakFrame("Ok.")],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000, enable_metrics=True),
+        observers=[timeline],
+    )
+    errors = [f for f in up if isinstance(f, ErrorFrame) and "semantic token" in f.error]
+    assert len(errors) == 2
+    error_at = timeline.first(ErrorFrame)
+    assert timeline.first(TTSAudioRawFrame) - error_at < 1.5, "the next turn waited"
+    assert time.monotonic() - started < 10  # was 60 s: two contexts timing out at 30 s each
+    data = [d for f in down if isinstance(f, MetricsFrame) for d in f.data]
+    ttfb = [d for d in data if isinstance(d, TTFBMetricsData) and d.value > 0]
+    assert len(ttfb) == 1  # only the utterance that spoke
+    await engine.shutdown()
+
+
+async def test_metrics_are_reported(tmp_path):
+    """TTFB, processing and usage metrics (TTFA needs speech-like audio: test_service_real)."""
+    engine = await _engine(tmp_path)
+    down, _ = await run_test(
+        VeenaTTSService(engine),
+        frames_to_send=[TTSSpeakFrame("Hello world.")],
+        pipeline_params=PipelineParams(
+            audio_out_sample_rate=16000, enable_metrics=True, enable_usage_metrics=True
+        ),
+    )
+    data = [d for f in down if isinstance(f, MetricsFrame) for d in f.data]
+    kinds = {type(d) for d in data}
+    assert {TTFBMetricsData, ProcessingMetricsData, TTSUsageMetricsData} <= kinds
+    (usage,) = [d for d in data if isinstance(d, TTSUsageMetricsData)]
+    assert usage.value == len("Hello world.")
+    (ttfb,) = [d for d in data if isinstance(d, TTFBMetricsData) and d.value > 0]
+    assert 0 < ttfb.value < 10
+    await engine.shutdown()
+
+
+async def test_settings_that_cannot_work_are_refused_and_the_previous_kept(tmp_path):
+    engine = await _engine(tmp_path)
+    tts = VeenaTTSService(engine, voice="female", temperature=0.5)
+    Settings = VeenaTTSService.Settings
+    down, up = await run_test(
+        tts,
+        frames_to_send=[
+            TTSUpdateSettingsFrame(delta=Settings(temperature=5.0)),
+            TTSUpdateSettingsFrame(delta=Settings(top_p=3.0)),
+            TTSUpdateSettingsFrame(delta=Settings(voice="male", top_k=-5, repetition_penalty=0.0)),
+            TTSSpeakFrame("Still speaking."),
+        ],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    errors = [f.error for f in up if isinstance(f, ErrorFrame)]
+    assert len(errors) == 3, errors
+    assert "temperature must be in [0, 2]" in errors[0] and "top_p" in errors[1]
+    assert tts.settings.temperature == 0.5 and tts.settings.top_p is None
+    assert tts.settings.voice == "female"  # the whole third delta was refused
+    assert engine._generator.options[-1].temperature == 0.5
+    assert _audio(down)
+    await engine.shutdown()
+
+
+async def test_pitch_and_speed_on_a_voice_without_them_is_an_error(tmp_path):
+    voices = {"format": "veena3", "template": TEMPLATE, "default_voice": "lipakshi",
+              "voices": {"lipakshi": {"speaker": "<|speaker_lipakshi|>"}}}  # fmt: skip
+    engine = await _engine(make_checkpoint(tmp_path, voices=voices) and tmp_path)
+    with pytest.raises(ValueError, match="pitch and speed apply to the controllable voices"):
+        VeenaTTSService(engine, voice="lipakshi", pitch="high")
+    tts = VeenaTTSService(engine)
+    _, up = await run_test(
+        tts,
+        frames_to_send=[TTSUpdateSettingsFrame(delta=VeenaTTSService.Settings(speed="low"))],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    errors = [f.error for f in up if isinstance(f, ErrorFrame)]
+    assert len(errors) == 1 and "has no such control" in errors[0]
+    assert tts.settings.speed is None
+    await engine.shutdown()
+
+
+async def test_token_text_aggregation_is_refused_clearly(tmp_path):
+    engine = await _engine(tmp_path)
+    with pytest.raises(ValueError, match="speaks whole sentences"):
+        VeenaTTSService(engine, text_aggregation_mode=TextAggregationMode.TOKEN)
+    await engine.shutdown()
+
+
+class _GatedGenerator(ScriptedGenerator):
+    """Streams the first ``head`` tokens, then holds the rest until ``gate`` is set: the
+    engine's first chunk is out, its second not yet."""
+
+    def __init__(self, script, head: int) -> None:
+        super().__init__(script, step=1)
+        self.head = head
+        self.gate = asyncio.Event()
+        self.timed_out = False  # nobody opened the gate: no audio came out of the first chunk
+
+    async def generate(self, prompt_ids, options, request_id):
+        sent = 0
+        async with aclosing(super().generate(prompt_ids, options, request_id)) as deltas:
+            async for delta in deltas:
+                sent += len(delta.token_ids)
+                if sent > self.head and not self.gate.is_set():
+                    try:
+                        async with asyncio.timeout(5):
+                            await self.gate.wait()
+                    except TimeoutError:
+                        self.timed_out = True
+                        self.gate.set()
+                yield delta
+
+
+@pytest.mark.parametrize("rate", [8000, 16000, 22050, 24000, 44100, 48000])
+async def test_first_chunk_reaches_the_wire_at_once_at_every_rate(tmp_path, rate):
+    """The engine's first chunk (80 ms here) comes out of the service before the engine has a
+    second one, whatever the output rate (a stream resampler with a long delay would hold it:
+    the caller would hear nothing until the second chunk)."""
+    script = well_formed(IDS, voice_globals=VOICE, semantics=60)
+    generator = _GatedGenerator(script, head=35 + 8)  # prefix + F + R semantic tokens
+    cfg = EngineConfig(
+        checkpoint=make_checkpoint(tmp_path),
+        warmup=False,
+        stream=StreamConfig(first_frames=4, lookahead_frames=4, max_chunk_frames=64),
+    )
+    engine = VeenaEngine(cfg, generator=generator, codec=FakeBiCodec())
+    await engine.start()
+    seen_before_gate = []
+
+    class _Opener(BaseObserver):
+        async def on_push_frame(self, data: FramePushed) -> None:
+            if isinstance(data.frame, TTSAudioRawFrame) and not generator.gate.is_set():
+                seen_before_gate.append(len(data.frame.audio) // 2)
+                generator.gate.set()
+
+    down, _ = await run_test(
+        VeenaTTSService(engine),
+        frames_to_send=[TTSSpeakFrame("Hello world.")],
+        pipeline_params=PipelineParams(audio_out_sample_rate=rate),
+        observers=[_Opener()],
+    )
+    assert seen_before_gate and not generator.timed_out, (
+        f"{rate} Hz: no audio before the engine's second chunk"
+    )
+    samples = sum(len(f.audio) for f in _audio(down)) // 2
+    assert samples == round(60 * 320 * rate / 16000)  # nothing lost or added at the joins
+    await engine.shutdown()
+
+
+async def test_language_and_normalize_reach_the_engine(tmp_path):
+    engine = await _engine(tmp_path)
+    encoder = engine._format.encoder
+    tts = VeenaTTSService(engine, language=Language.EN_IN, normalize=False)
+    assert tts._options()["language"] == "en" and tts._options()["normalize"] is False
+    await run_test(
+        tts,
+        frames_to_send=[
+            TTSSpeakFrame("Pay 500 now."),
+            TTSUpdateSettingsFrame(delta=VeenaTTSService.Settings(language=Language.HI_IN)),
+        ],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    assert tts._options()["language"] == "hi"
+    digits = encoder.user_text("Pay 500 now.")
+    prompts = engine._generator.prompts
+    assert any(p[k : k + len(digits)] == digits for p in prompts for k in range(len(p)))
+    spoken = VeenaTTSService(engine)  # the engine's default: normalised, language per sentence
+    assert spoken._options()["language"] == "auto" and "normalize" not in spoken._options()
     await engine.shutdown()

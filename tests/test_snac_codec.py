@@ -6,9 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-torch = pytest.importorskip("torch")
-snac = pytest.importorskip("snac")
+import snac
+import torch
 
 from pipecat_veena.codecs.base import CodecWindow  # noqa: E402
 from pipecat_veena.codecs.snac import SNAC_24KHZ_CONFIG, SnacCodec  # noqa: E402

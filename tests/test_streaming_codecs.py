@@ -12,8 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-
 from pipecat_veena.audio import snr_db  # noqa: E402
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow  # noqa: E402
 from pipecat_veena.codecs.snac import SnacCodec  # noqa: E402

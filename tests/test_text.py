@@ -63,3 +63,14 @@ def test_max_speech_seconds_grows_with_text_and_has_a_floor():
 def test_bad_budget_is_an_error():
     with pytest.raises(ValueError, match="max_chars"):
         split_text("hello", max_chars=0)
+
+
+def test_abbreviations_and_numbers_do_not_end_a_sentence():
+    """sentencex keeps "Rs. 500", "Dr. Rao" and "डॉ. शर्मा" whole: the old regex broke after every
+    ". ", here giving the parts "Hello there my friend, pay Rs." and "500 now." (an amount
+    cut from its currency), and "नमस्ते जी। डॉ." + "शर्मा आएँगे।"."""
+    assert split_text("Hello there my friend, pay Rs. 500 now.", max_chars=30) == [
+        "Hello there my friend,",
+        "pay Rs. 500 now.",
+    ]
+    assert split_text("नमस्ते जी। डॉ. शर्मा आएँगे।", max_chars=20) == ["नमस्ते जी।", "डॉ. शर्मा आएँगे।"]

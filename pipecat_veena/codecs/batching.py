@@ -20,6 +20,7 @@ import numpy as np
 from loguru import logger
 
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow
+from pipecat_veena.errors import EngineNotRunningError
 
 
 @dataclass
@@ -73,7 +74,7 @@ class DecodeBatcher:
             float32 (T * samples_per_frame,) at the codec rate, as decoding it alone.
         """
         if self._closed:
-            raise RuntimeError("DecodeBatcher is closed: create a new one (engine restarted?)")
+            raise EngineNotRunningError("the decoder is closed: the engine shut down")
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop, self._wake = loop, asyncio.Event()
@@ -103,7 +104,7 @@ class DecodeBatcher:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        self._fail_all(RuntimeError("DecodeBatcher closed while this decode was waiting"))
+        self._fail_all(EngineNotRunningError("the decoder closed: the engine shut down"))
         await asyncio.to_thread(self._executor.shutdown, True)
 
     async def _collect(self) -> None:

@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from pipecat_veena.grammar import Grammar
+
 
 @dataclass(frozen=True)
 class SamplingOptions:
@@ -20,6 +22,8 @@ class SamplingOptions:
         max_tokens: hard cap on generated tokens (the runaway cap).
         seed: per-request seed for reproducible sampling (None: random).
         stop_token_ids: ids that end the request; the stop id is included in the output.
+        grammar: the codec grammar every generated id must follow (a backend that supports it
+            masks the ids it forbids; None: unconstrained).
     """
 
     temperature: float = 0.8
@@ -30,6 +34,7 @@ class SamplingOptions:
     max_tokens: int = 2048
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    grammar: Grammar | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 2.0:

@@ -8,10 +8,12 @@ engine process is ever orphaned.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import atexit
 import os
 import signal
+import sys
 import threading
 import weakref
 from collections.abc import AsyncIterator
@@ -21,14 +23,20 @@ from typing import Any
 
 from loguru import logger
 
-from pipecat_veena.errors import EngineDeadError, EngineNotRunningError, GenerationError
+from pipecat_veena.errors import (
+    EngineDeadError,
+    EngineNotRunningError,
+    EngineStartError,
+    GenerationError,
+)
 from pipecat_veena.generation.base import SamplingOptions, TokenDelta, TokenGenerator
 
 #: KV cache given to the CPU backend when the caller sets none (ample for tens of streams).
 _CPU_KV_CACHE_BYTES = 512 * 2**20
 
 _LIVE: weakref.WeakSet[VllmGenerator] = weakref.WeakSet()
-_HOOKS_INSTALLED = False
+_ATEXIT_INSTALLED = False
+_SIGTERM_INSTALLED = False
 
 
 def _shutdown_all() -> None:
@@ -36,15 +44,23 @@ def _shutdown_all() -> None:
         generator.shutdown_sync()
 
 
-def _install_exit_hooks() -> None:
-    """Shut every live engine down at exit and on SIGTERM (chaining any previous handler)."""
-    global _HOOKS_INSTALLED
-    if _HOOKS_INSTALLED:
-        return
-    _HOOKS_INSTALLED = True
-    atexit.register(_shutdown_all)
-    if threading.current_thread() is not threading.main_thread():
-        return
+def install_exit_hooks() -> bool:
+    """Shut every live engine down at exit and on SIGTERM (chaining any previous handler).
+
+    The exit hook is installed from any thread; a signal handler only from the main thread
+    (a Python rule). Engines started on another thread (``EngineThread``) call this from the
+    thread that launches them, usually the main one. Idempotent.
+
+    Returns:
+        True when the SIGTERM handler is in place.
+    """
+    global _ATEXIT_INSTALLED, _SIGTERM_INSTALLED
+    if not _ATEXIT_INSTALLED:
+        _ATEXIT_INSTALLED = True
+        atexit.register(_shutdown_all)
+    if _SIGTERM_INSTALLED or threading.current_thread() is not threading.main_thread():
+        return _SIGTERM_INSTALLED
+    _SIGTERM_INSTALLED = True
     previous = signal.getsignal(signal.SIGTERM)
 
     def on_sigterm(signum: int, frame: Any) -> None:
@@ -57,6 +73,68 @@ def _install_exit_hooks() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    return True
+
+
+def check_spawn_safe() -> None:
+    """Refuse to start an engine from the unguarded top level of the main script.
+
+    vLLM starts its engine process with ``spawn``, which re-imports the main script: a script
+    that starts the engine outside ``if __name__ == "__main__":`` would start it again inside
+    that process, and vLLM would fail with an opaque "Engine core initialization failed".
+
+    Raises:
+        EngineStartError: naming the script and line, and the fix.
+    """
+    import __main__
+
+    path = getattr(__main__, "__file__", None)
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") in (
+            "__main__",
+            "__mp_main__",
+        ):
+            break
+        frame = frame.f_back
+    if frame is None or path is None or frame.f_code.co_filename != path:
+        return
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return
+    line = frame.f_lineno
+    for node in tree.body:
+        if node.lineno <= line <= (node.end_lineno or node.lineno):
+            if not _is_main_guard(node):
+                raise EngineStartError(
+                    f"{path}:{line} starts the engine at the top level of the script. vLLM "
+                    "starts its engine process with 'spawn', which imports the script again "
+                    "and would start a second engine inside the first. Put the code that "
+                    "starts it under  if __name__ == \"__main__\":"
+                )
+            return
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    """True for ``if __name__ == "__main__":``."""
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    sides = [node.test.left, *node.test.comparators]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    consts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return bool(names and consts)
+
+
+def _engine_input(prompt_ids: list[int]) -> Any:
+    """The prompt as vLLM's engine input for token ids (raw prompts are deprecated there)."""
+    try:
+        from vllm.inputs import tokens_input
+    except ImportError:  # vLLM before the renderer API: a TokensPrompt is the supported form
+        from vllm import TokensPrompt
+
+        return TokensPrompt(prompt_token_ids=prompt_ids)
+    return tokens_input(prompt_ids)
 
 
 class VllmGenerator(TokenGenerator):
@@ -118,13 +196,14 @@ class VllmGenerator(TokenGenerator):
                 return
             if self._closed:
                 raise EngineNotRunningError(f"{self} was shut down; create a new one")
+            check_spawn_safe()
             if not (self._model_dir / "config.json").is_file():
                 raise FileNotFoundError(
                     f"{self._model_dir}: no config.json; point to the checkpoint's LLM directory"
                 )
             self._llm = self._build_engine()
             _LIVE.add(self)
-            _install_exit_hooks()
+            install_exit_hooks()
             logger.debug(f"{self}: engine started")
 
     def _build_engine(self) -> Any:
@@ -138,6 +217,8 @@ class VllmGenerator(TokenGenerator):
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
+
+        from pipecat_veena.generation.vllm_grammar import GrammarLogitsProcessor
 
         dtype = self._dtype
         if dtype == "auto":
@@ -155,6 +236,8 @@ class VllmGenerator(TokenGenerator):
             skip_tokenizer_init=True,
             disable_log_stats=True,
             seed=self._seed,
+            # Holds each request that asks for it to its codec grammar (SamplingOptions.grammar).
+            logits_processors=[GrammarLogitsProcessor],
         )
         if kv_bytes is not None:
             args["kv_cache_memory_bytes"] = kv_bytes
@@ -175,6 +258,8 @@ class VllmGenerator(TokenGenerator):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
+        from pipecat_veena.generation.vllm_grammar import EXTRA_ARGS_KEY
+
         return SamplingParams(
             temperature=options.temperature,
             top_k=options.top_k if options.top_k > 0 else -1,
@@ -187,6 +272,7 @@ class VllmGenerator(TokenGenerator):
             detokenize=False,
             skip_special_tokens=False,
             output_kind=RequestOutputKind.DELTA,
+            extra_args={EXTRA_ARGS_KEY: options.grammar.to_spec()} if options.grammar else None,
         )
 
     async def generate(
@@ -202,7 +288,6 @@ class VllmGenerator(TokenGenerator):
         Yields:
             TokenDelta: the new ids, the last one with its finish reason.
         """
-        from vllm import TokensPrompt
         from vllm.exceptions import VLLMValidationError
         from vllm.v1.engine.exceptions import EngineDeadError as VllmEngineDeadError
         from vllm.v1.engine.exceptions import EngineGenerateError as VllmEngineGenerateError
@@ -211,7 +296,7 @@ class VllmGenerator(TokenGenerator):
         params = self._sampling_params(options)
         finished = False
         try:
-            stream = llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, request_id)
+            stream = llm.generate(_engine_input(prompt_ids), params, request_id)
             async with aclosing(stream):
                 async for output in stream:
                     completion = output.outputs[0]

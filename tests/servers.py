@@ -1,0 +1,33 @@
+"""Run an ASGI app on a real loopback socket inside the test's event loop (uvicorn).
+
+The app shares the test session's loop, so it can use the session's vLLM engine; the server is
+stopped when the context exits, also when the test fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+
+
+@asynccontextmanager
+async def serve_app(app, *, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve ``app`` on a free port; yields its base URL (``http://127.0.0.1:PORT``)."""
+    config = uvicorn.Config(app, host=host, port=0, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.ensure_future(server.serve())
+    try:
+        async with asyncio.timeout(60):
+            while not server.started:
+                if task.done():
+                    task.result()  # raises why the server could not start
+                    raise RuntimeError("the server stopped before it started")
+                await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, timeout=30)

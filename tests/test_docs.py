@@ -1,0 +1,27 @@
+"""The README says only what is true of the code: every EngineConfig field is documented, and
+every controllable voice name it shows parses."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from pathlib import Path
+
+from pipecat_veena.config import EngineConfig
+from pipecat_veena.voices import spark_voices
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_engine_config_field_is_in_the_readme_table():
+    table = README[README.index("## Configuration") :]
+    missing = [f.name for f in fields(EngineConfig) if f"| `{f.name}` |" not in table]
+    assert not missing, f"README's configuration table lacks {missing}"
+
+
+def test_voice_names_shown_in_the_readme_are_valid(tmp_path):
+    book = spark_voices(tmp_path, 32)  # the controllable voices of a Spark-TTS checkpoint
+    names = set(re.findall(r"\b(?:female|male)(?::[a-z_]+){1,2}\b", README))
+    assert names, "the README shows no pitch/speed voice"
+    for name in names:
+        book.resolve(name)  # UnknownVoiceError for a level that does not exist

@@ -1,0 +1,101 @@
+"""Normalisation through the real engine (vLLM CPU on the demo Spark checkpoint) and a real Pipecat
+pipeline: the model's prompt carries the spoken words and no digits, a request can turn it off,
+and Pipecat still reports the user's original text as spoken (TTSTextFrame)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import pytest_asyncio
+from pipecat.frames.frames import ErrorFrame, TTSSpeakFrame, TTSTextFrame
+from pipecat.tests.utils import run_test
+from recording import RecordingGenerator
+
+from pipecat_veena.engine import EngineConfig, VeenaEngine
+from pipecat_veena.formats import load_tokenizer
+from pipecat_veena.service import VeenaTTSService
+
+pytestmark = pytest.mark.vllm
+
+TEXT = "आपका बिल ₹1,250 है, 05/08/2025 तक भुगतान करें।"
+SPOKEN = "आपका बिल एक हज़ार दो सौ पचास रुपये है, पाँच अगस्त दो हज़ार पच्चीस तक भुगतान करें।"
+#: The text of a prompt: after the start marker and any speaker tag, up to the end marker.
+_CONTENT = re.compile(r"<\|start_content\|>(?:<\|[^<>|]*\|>)*(.*?)<\|end_content\|>", re.S)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def engine(spark_tiny_checkpoint, spark_generator):
+    recorder = RecordingGenerator(spark_generator)
+    engine = VeenaEngine(
+        EngineConfig(
+            checkpoint=spark_tiny_checkpoint,
+            warmup=False,
+            lexicon={"en": {"EMI": "E M I"}},
+        ),
+        generator=recorder,
+    )
+    await engine.start()
+    yield engine
+    await engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(spark_tiny_checkpoint):
+    return load_tokenizer(spark_tiny_checkpoint / "LLM")
+
+
+def _prompt_texts(engine: VeenaEngine, tokenizer, request_id: str) -> list[str]:
+    """The text inside each prompt of the engine requests started with ``request_id``."""
+    prompts = engine._generator.prompts
+    rids = sorted(
+        (r for r in prompts if r.startswith(f"{request_id}-")),
+        key=lambda r: int(r.rsplit("-", 1)[1]),
+    )
+    texts = []
+    for rid in rids:
+        decoded = tokenizer.decode(prompts[rid], skip_special_tokens=False)
+        texts.extend(_CONTENT.findall(decoded))
+    return texts
+
+
+async def _speak(engine: VeenaEngine, text: str, request_id: str, **options) -> int:
+    chunks = [c async for c in engine.stream(text, request_id=request_id, seed=1, **options)]
+    return sum(c.num_samples for c in chunks)
+
+
+async def test_prompt_has_the_words_and_no_digits(engine, tokenizer):
+    assert await _speak(engine, TEXT, "norm-on") > 0
+    (content,) = _prompt_texts(engine, tokenizer, "norm-on")
+    assert content == SPOKEN
+    assert not re.search(r"[0-9०-९₹]", content)
+
+
+async def test_a_request_can_turn_it_off_or_force_a_language(engine, tokenizer):
+    await _speak(engine, TEXT, "norm-off", normalize=False)
+    assert _prompt_texts(engine, tokenizer, "norm-off") == [TEXT]
+    await _speak(engine, "Your EMI is ₹500.", "norm-hi", language="hi")
+    assert _prompt_texts(engine, tokenizer, "norm-hi") == ["Your EMI is पाँच सौ रुपये."]
+    await _speak(engine, "Your EMI is ₹500.", "norm-en")
+    assert _prompt_texts(engine, tokenizer, "norm-en") == ["Your E M I is five hundred rupees."]
+
+
+async def test_bad_language_is_refused_before_any_work(engine):
+    with pytest.raises(ValueError, match="language"):
+        await _speak(engine, TEXT, "norm-bad", language="fr")
+    with pytest.raises(ValueError, match="language"):
+        engine.check_options(language="fr")
+    engine.check_options(normalize=False, language="hi", temperature=0.7)
+    assert not any(r.startswith("norm-bad-") for r in engine._generator.prompts)
+
+
+async def test_pipecat_reports_the_original_text_while_the_model_reads_words(engine, tokenizer):
+    down, up = await run_test(
+        VeenaTTSService(engine, seed=2),
+        frames_to_send=[TTSSpeakFrame(TEXT)],
+    )
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    said = " ".join(f.text for f in down if isinstance(f, TTSTextFrame))
+    assert said.split() == TEXT.split()
+    (context_id,) = {f.context_id for f in down if isinstance(f, TTSTextFrame)}
+    assert _prompt_texts(engine, tokenizer, context_id) == [SPOKEN]
