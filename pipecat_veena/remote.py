@@ -141,6 +141,11 @@ class RemoteVeenaEngine:
         """The server's voice names, default first."""
         return list(self._require_info().voices)
 
+    @property
+    def emotion_tags(self) -> tuple[str, ...]:
+        """Inline tags the server's model understands (e.g. ``<laugh>``)."""
+        return tuple(self._require_info().emotion_tags)
+
     def check_voice(self, voice: str | None) -> str:
         """Canonical name of ``voice`` by the server's list; raises UnknownVoiceError."""
         self._require_info()
@@ -149,6 +154,13 @@ class RemoteVeenaEngine:
     def check_options(self, **options: Any) -> None:
         """Raise ValueError naming the problem when request options cannot work."""
         options = check_option_types(options)
+        options.pop("normalize", None)
+        language = options.pop("language", None)
+        if language is not None:
+            from pipecat_veena.normalize import LANGUAGES  # (its import takes a moment)
+
+            if language not in LANGUAGES:
+                raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
         max_tokens = options.pop("max_tokens", None)
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")

@@ -37,6 +37,7 @@ class FakeSpeechEngine:
     """
 
     model_name = "fake-veena"
+    emotion_tags = ("<laugh>",)
 
     def __init__(
         self,
@@ -86,6 +87,9 @@ class FakeSpeechEngine:
         return self._book.resolve(voice).name
 
     def check_options(self, **options) -> None:
+        options.pop("normalize", None)
+        if options.pop("language", "auto") not in ("auto", "hi", "en"):
+            raise ValueError("language must be one of ('auto', 'hi', 'en')")
         max_tokens = options.pop("max_tokens", None)
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")

@@ -24,6 +24,8 @@ OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "repetition_penalty": (int, float),
     "seed": (int,),
     "max_tokens": (int,),
+    "language": (str,),
+    "normalize": (bool,),
 }
 
 
@@ -196,7 +198,8 @@ def check_option_types(options: dict[str, Any], ref: str | None = None) -> dict[
         )
     for name, value in options.items():
         types = OPTION_TYPES[name]
-        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+        wrong = not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
+        if value is not None and wrong:
             raise ProtocolError(
                 ErrorCode.BAD_OPTIONS,
                 f"option '{name}' must be a {' or '.join(t.__name__ for t in types)}, "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipecat_veena.protocol.codes import ErrorCode, ProtocolError
@@ -25,6 +25,7 @@ class Ready:
     default_voice: str
     voice_levels: bool
     limits: dict[str, Any]
+    emotion_tags: list[str] = field(default_factory=list)
     protocol: int = PROTOCOL_VERSION
     type: str = "ready"
 

@@ -8,7 +8,7 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE
-from pipecat_veena.server.audio_out import StreamResampler
+from pipecat_veena.resample import StreamResampler
 
 if TYPE_CHECKING:
     from pipecat_veena.server.state import SpeechServer
@@ -79,7 +79,7 @@ class SpeechRun:
         async with aclosing(stream) as chunks:
             async for chunk in chunks:
                 self.tokens = base + chunk.tokens
-                pcm = self.resampler.push(chunk.pcm)
+                pcm = self.resampler.resample(chunk.pcm)
                 if pcm:
                     self._count(pcm)
                     yield pcm

@@ -138,6 +138,7 @@ class Connection:
             default_voice=engine.voices[0],
             voice_levels=self.server.voice_levels,
             limits=self.settings.limits(),
+            emotion_tags=list(engine.emotion_tags),
         )
 
     async def _close_with(self, error: Error, code: int) -> None:
