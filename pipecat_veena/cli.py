@@ -231,50 +231,35 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     say.set_defaults(func=_say)
 
-    srv = sub.add_parser("serve", help="serve the engine over WebSocket and OpenAI-style HTTP")
-    srv.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
+    from pipecat_veena.server.settings import ServerSettings
+
+    limits = ServerSettings()  # the defaults have one owner: the settings dataclass
+    srv = sub.add_parser(
+        "serve",
+        help="serve the engine over WebSocket and OpenAI-style HTTP",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    srv.add_argument("--model", type=Path, default=None, help="checkpoint dir (None: the demo)")
     srv.add_argument("--host", default="127.0.0.1", help="address (0.0.0.0: all interfaces)")
     srv.add_argument("--port", type=int, default=8000, help="port")
-    srv.add_argument(
-        "--api-key-file",
-        type=Path,
-        default=None,
-        help="bearer keys, one per line or 'name key' (default: open server)",
-    )
-    srv.add_argument("--max-streams", type=int, default=64, help="utterances in flight, total")
-    srv.add_argument(
-        "--max-streams-per-key",
-        type=int,
-        default=None,
-        help="utterances in flight per API key (default: no per-key cap)",
-    )
-    srv.add_argument("--max-text-chars", type=int, default=4096, help="longest text")
-    srv.add_argument(
-        "--max-message-bytes",
-        type=int,
-        default=64 * 1024,
-        help="longest WebSocket message or HTTP body",
-    )
-    srv.add_argument(
-        "--idle-timeout", type=float, default=300.0, help="close WebSockets idle this many seconds"
-    )
-    srv.add_argument(
-        "--slow-client-timeout",
-        type=float,
-        default=10.0,
-        help="drop clients that do not read for this many seconds",
-    )
-    srv.add_argument(
-        "--drain-timeout",
-        type=float,
-        default=30.0,
-        help="on SIGTERM, seconds in-flight streams get to finish",
-    )
-    srv.add_argument(
-        "--voice-map",
-        default=None,
-        help="OpenAI voice names to checkpoint voices, e.g. alloy=female,echo=male",
-    )
+    srv.add_argument("--api-key-file", type=Path, default=None,
+                     help="bearer keys, one per line or 'name key' (None: an open server)")
+    srv.add_argument("--max-streams", type=int, default=limits.max_streams,
+                     help="utterances in flight, in total")
+    srv.add_argument("--max-streams-per-key", type=int, default=limits.max_streams_per_key,
+                     help="utterances in flight per API key (None: no per-key cap)")
+    srv.add_argument("--max-text-chars", type=int, default=limits.max_text_chars,
+                     help="longest text of one utterance")
+    srv.add_argument("--max-message-bytes", type=int, default=limits.max_message_bytes,
+                     help="longest WebSocket message or HTTP body")
+    srv.add_argument("--idle-timeout", type=float, default=limits.idle_timeout_s,
+                     help="seconds before an idle WebSocket is closed")
+    srv.add_argument("--slow-client-timeout", type=float, default=limits.slow_client_timeout_s,
+                     help="seconds a client may leave a message unread before it is dropped")
+    srv.add_argument("--drain-timeout", type=float, default=limits.drain_timeout_s,
+                     help="on SIGTERM, seconds in-flight streams get to finish")
+    srv.add_argument("--voice-map", default=None,
+                     help="OpenAI voice names to checkpoint voices, e.g. alloy=female,echo=male")
     srv.add_argument("--device", default="auto", help="codec device: auto, cpu, cuda")
     srv.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     srv.set_defaults(func=_serve)
