@@ -22,6 +22,7 @@ BENCHMARKS = [
     ["benchmarks.grammar"],
     ["benchmarks.service", "--kind", "spark-tiny", "--concurrency", "1", "4", "16"],
     ["benchmarks.service", "--kind", "spark", "--concurrency", "1", "4"],
+    ["benchmarks.serve"],
 ]
 
 

@@ -1,9 +1,11 @@
 """A Twilio phone bot: FastAPI serves TwiML and the media WebSocket; audio at 8 kHz mu-law.
 
-One VeenaEngine is started in the app's lifespan (once per process) and every call gets its own
-pipeline and VeenaTTSService over it. The pipeline here needs no API key: it greets the caller,
-and after each turn the caller speaks (Silero VAD) it says a canned answer. A real agent puts
-STT and an LLM in its place, e.g. ``[transport.input(), stt, user_aggregator, llm, tts,
+One engine is started in the app's lifespan (once per process) and every call gets its own
+pipeline and VeenaTTSService over it: a VeenaEngine in this process, or, with VEENA_SERVER_URL
+set, a RemoteVeenaEngine speaking to a ``pipecat-veena serve`` server that many bot processes
+share (then this process loads no model at all). The pipeline here needs no API key: it greets
+the caller, and after each turn the caller speaks (Silero VAD) it says a canned answer. A real
+agent puts STT and an LLM in its place, e.g. ``[transport.input(), stt, user_aggregator, llm, tts,
 transport.output(), assistant_aggregator]`` with any Pipecat STT (Deepgram, Whisper) and LLM
 (OpenAI, a local vLLM).
 
@@ -17,6 +19,9 @@ Run:
     VEENA_MODEL=/models/Spark-TTS-0.5B TWILIO_AUTH_TOKEN=... \
         .venv/bin/uvicorn examples.twilio_bot:app --port 8765
     ngrok http 8765   # then set the Twilio number's voice webhook to POST https://<host>/
+
+    # or against a speech server (pipecat-veena serve --model ... --port 8000 on the GPU box):
+    VEENA_SERVER_URL=ws://tts-host:8000 VEENA_API_KEY=... .venv/bin/uvicorn examples.twilio_bot:app
 """
 
 from __future__ import annotations
@@ -84,13 +89,23 @@ def _checkpoint() -> Path:
     return build_demo_checkpoint("spark")
 
 
+def make_engine() -> SpeechEngine:
+    """A speech server's engine (VEENA_SERVER_URL, VEENA_API_KEY) or one in this process."""
+    url = os.environ.get("VEENA_SERVER_URL")
+    if url:
+        from pipecat_veena.remote import RemoteVeenaEngine
+
+        return RemoteVeenaEngine(url, api_key=os.environ.get("VEENA_API_KEY"))
+    return VeenaEngine(EngineConfig(checkpoint=_checkpoint()))
+
+
 def create_app(engine: SpeechEngine | None = None) -> FastAPI:
     """The bot's app; it starts (and later shuts down) its own engine unless given one."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         owned = engine is None
-        app.state.engine = VeenaEngine(EngineConfig(checkpoint=_checkpoint())) if owned else engine
+        app.state.engine = make_engine() if owned else engine
         await app.state.engine.start()  # once per process, before serving calls
         try:
             yield

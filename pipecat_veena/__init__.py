@@ -16,6 +16,8 @@ _PUBLIC = {
     "StreamConfig": "pipecat_veena.streaming",
     "StreamDecoder": "pipecat_veena.streaming",
     "VeenaTTSService": "pipecat_veena.service",
+    "RemoteVeenaEngine": "pipecat_veena.remote",
+    "SpeechEngine": "pipecat_veena.interface",
     "build_demo_checkpoint": "pipecat_veena.demo",
 }
 

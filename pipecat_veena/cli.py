@@ -1,4 +1,7 @@
-"""The ``pipecat-veena`` command line: ``say`` and ``build-demo`` (the only module that prints)."""
+"""The ``pipecat-veena`` command line: ``say``, ``serve``, ``calibrate`` and ``build-demo``.
+
+The only module that prints.
+"""
 
 from __future__ import annotations
 
@@ -83,14 +86,7 @@ def _quiet(verbose: bool) -> None:
 
 
 def _say(args: argparse.Namespace) -> int:
-    if args.model is None:
-        from pipecat_veena.demo import build_demo_checkpoint
-
-        checkpoint = build_demo_checkpoint("spark")
-        print(f"using the demo checkpoint {checkpoint}")
-        print(DEMO_NOTE)
-    else:
-        checkpoint = args.model
+    checkpoint = _demo_or(args.model)
     _quiet(args.verbose)
     _check_voice(checkpoint, args.voice)  # before the engine loads (tens of seconds)
     return asyncio.run(_say_async(args, checkpoint))
@@ -106,6 +102,80 @@ def _check_voice(checkpoint: Path, voice: str | None) -> None:
         spark_voices(layout.root, 32).resolve(voice)
     else:
         veena_voices(layout.root).resolve(voice)
+
+
+def _demo_or(model: Path | None) -> Path:
+    if model is not None:
+        return model
+    from pipecat_veena.demo import build_demo_checkpoint
+
+    checkpoint = build_demo_checkpoint("spark")
+    print(f"using the demo checkpoint {checkpoint}")
+    print(DEMO_NOTE)
+    return checkpoint
+
+
+def _server_settings(args: argparse.Namespace) -> object:
+    from pipecat_veena.server.settings import ServerSettings, parse_voice_map, read_api_keys
+
+    return ServerSettings(
+        api_keys=read_api_keys(args.api_key_file) if args.api_key_file else {},
+        max_streams=args.max_streams,
+        max_streams_per_key=args.max_streams_per_key,
+        max_text_chars=args.max_text_chars,
+        max_message_bytes=args.max_message_bytes,
+        idle_timeout_s=args.idle_timeout,
+        slow_client_timeout_s=args.slow_client_timeout,
+        drain_timeout_s=args.drain_timeout,
+        voice_map=parse_voice_map(args.voice_map) if args.voice_map else None,
+    )
+
+
+async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: object) -> int:
+    from pipecat_veena.engine import EngineConfig, VeenaEngine
+    from pipecat_veena.server import ServerHandle, create_app
+    from pipecat_veena.server.runner import serve_until_signalled
+
+    engine = VeenaEngine(EngineConfig(checkpoint=checkpoint, device=args.device))
+    handle = ServerHandle(
+        create_app(engine, settings),  # type: ignore[arg-type]
+        host=args.host,
+        port=args.port,
+        log_level="info" if args.verbose else "warning",
+        configure_logging=True,
+    )
+
+    def ready() -> None:
+        print(
+            f"ready: {engine.model_name} ({engine.sample_rate} Hz; voices "
+            f"{', '.join(engine.voices)}) on {handle.url} and {handle.ws_url}",
+            flush=True,
+        )
+
+    try:
+        status = await serve_until_signalled(handle, on_ready=ready)
+    except OSError as e:
+        print(f"error: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 2
+    if status:
+        print(f"error: the engine failed to start: {handle.state.failed}", file=sys.stderr)
+    print("stopped", flush=True)
+    return status
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pipecat_veena.checkpoint import detect_layout
+
+    settings = _server_settings(args)  # a bad key file or voice map: one line, exit 2
+    checkpoint = _demo_or(args.model)
+    detect_layout(checkpoint)  # a bad model directory: the same, before the engine loads
+    _quiet(args.verbose)
+    if not args.verbose:  # the server's own lifecycle (ready, draining, stopped) at info
+        from loguru import logger
+
+        logger.remove()
+        logger.add(sys.stderr, level="INFO")
+    return asyncio.run(_serve_async(args, checkpoint, settings))
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -160,6 +230,39 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--device", default="auto", help="codec device: auto, cpu, cuda")
     say.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     say.set_defaults(func=_say)
+
+    from pipecat_veena.server.settings import ServerSettings
+
+    limits = ServerSettings()  # the defaults have one owner: the settings dataclass
+    srv = sub.add_parser(
+        "serve",
+        help="serve the engine over WebSocket and OpenAI-style HTTP",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    srv.add_argument("--model", type=Path, default=None, help="checkpoint dir (None: the demo)")
+    srv.add_argument("--host", default="127.0.0.1", help="address (0.0.0.0: all interfaces)")
+    srv.add_argument("--port", type=int, default=8000, help="port")
+    srv.add_argument("--api-key-file", type=Path, default=None,
+                     help="bearer keys, one per line or 'name key' (None: an open server)")
+    srv.add_argument("--max-streams", type=int, default=limits.max_streams,
+                     help="utterances in flight, in total")
+    srv.add_argument("--max-streams-per-key", type=int, default=limits.max_streams_per_key,
+                     help="utterances in flight per API key (None: no per-key cap)")
+    srv.add_argument("--max-text-chars", type=int, default=limits.max_text_chars,
+                     help="longest text of one utterance")
+    srv.add_argument("--max-message-bytes", type=int, default=limits.max_message_bytes,
+                     help="longest WebSocket message or HTTP body")
+    srv.add_argument("--idle-timeout", type=float, default=limits.idle_timeout_s,
+                     help="seconds before an idle WebSocket is closed")
+    srv.add_argument("--slow-client-timeout", type=float, default=limits.slow_client_timeout_s,
+                     help="seconds a client may leave a message unread before it is dropped")
+    srv.add_argument("--drain-timeout", type=float, default=limits.drain_timeout_s,
+                     help="on SIGTERM, seconds in-flight streams get to finish")
+    srv.add_argument("--voice-map", default=None,
+                     help="OpenAI voice names to checkpoint voices, e.g. alloy=female,echo=male")
+    srv.add_argument("--device", default="auto", help="codec device: auto, cpu, cuda")
+    srv.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
+    srv.set_defaults(func=_serve)
 
     cal = sub.add_parser("calibrate", help="measure the lookahead a checkpoint's codec needs")
     cal.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")

@@ -39,3 +39,24 @@ class EngineStartError(VeenaError, RuntimeError):
 
 class EngineDeadError(VeenaError, RuntimeError):
     """The generation backend died; the engine cannot serve more requests."""
+
+
+class RemoteError(VeenaError):
+    """A speech server (``pipecat-veena serve``) refused or failed a request.
+
+    Attributes:
+        code: the protocol's stable error code (see docs/protocol.md).
+        retryable: True when the same request may succeed on a retry (another server, later).
+    """
+
+    def __init__(self, message: str, *, code: str = "internal", retryable: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retryable = retryable
+
+
+class ServerUnavailableError(RemoteError):
+    """No speech server could take the request: unreachable, restarting, draining or full."""
+
+    def __init__(self, message: str, *, code: str = "server_unavailable") -> None:
+        super().__init__(message, code=code, retryable=True)

@@ -84,3 +84,14 @@ async def test_twilio_bot_answers_each_spoken_turn():
     )
     spoken = [f.text for f in down if isinstance(f, TTSSpeakFrame)]
     assert spoken == ["Got it.", "Got it."]
+
+
+@pytest.mark.parametrize("name", ["twilio_bot", "daily_bot"])
+def test_bots_take_a_speech_server_url(name, monkeypatch):
+    from pipecat_veena.remote import RemoteVeenaEngine
+
+    monkeypatch.setenv("VEENA_SERVER_URL", "http://tts-host:8000")
+    monkeypatch.setenv("VEENA_API_KEY", "k")
+    engine = _load(name).make_engine()
+    assert isinstance(engine, RemoteVeenaEngine)
+    assert engine.model_name == "tts-host:8000" and not engine.is_running

@@ -1,0 +1,79 @@
+"""The speech server's WebSocket protocol: every message, the audio frame and the error codes.
+
+Shared by the server (``pipecat_veena.server``) and its client (``RemoteVeenaEngine``); no web
+framework here. Client messages are JSON text frames (``client``), server audio is binary frames
+and every other server message a JSON text frame (``server``); ``codes`` holds the error codes.
+docs/protocol.md describes it for client writers.
+"""
+
+from pipecat_veena.protocol.client import (
+    MAX_ID_LENGTH,
+    MAX_SAMPLE_RATE,
+    MIN_SAMPLE_RATE,
+    OPTION_TYPES,
+    STREAM_PATH,
+    Append,
+    Cancel,
+    ClientMessage,
+    End,
+    Flush,
+    Speak,
+    check_option_types,
+    check_unicode,
+    load_json,
+    parse_client_message,
+    to_json,
+)
+from pipecat_veena.protocol.codes import (
+    RETRYABLE,
+    ErrorCode,
+    ProtocolError,
+    RemoteInputError,
+    code_for,
+    error_for,
+)
+from pipecat_veena.protocol.server import (
+    AUDIO_FRAME,
+    PROTOCOL_VERSION,
+    AudioFrame,
+    Done,
+    Error,
+    Ready,
+    decode_audio_frame,
+    encode_audio_frame,
+    parse_server_message,
+)
+
+__all__ = [
+    "AUDIO_FRAME",
+    "MAX_ID_LENGTH",
+    "MAX_SAMPLE_RATE",
+    "MIN_SAMPLE_RATE",
+    "OPTION_TYPES",
+    "PROTOCOL_VERSION",
+    "RETRYABLE",
+    "STREAM_PATH",
+    "Append",
+    "AudioFrame",
+    "Cancel",
+    "ClientMessage",
+    "Done",
+    "End",
+    "Error",
+    "ErrorCode",
+    "Flush",
+    "ProtocolError",
+    "Ready",
+    "RemoteInputError",
+    "Speak",
+    "check_option_types",
+    "check_unicode",
+    "code_for",
+    "decode_audio_frame",
+    "encode_audio_frame",
+    "error_for",
+    "load_json",
+    "parse_client_message",
+    "parse_server_message",
+    "to_json",
+]

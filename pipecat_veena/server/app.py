@@ -1,0 +1,80 @@
+"""The app factory: one ASGI app (FastAPI) over one SpeechEngine, plus health, ready and metrics.
+
+``create_app(engine)`` takes an engine that is already built (the CLI builds a VeenaEngine, tests
+pass one sharing the session's vLLM engine), so the same app runs in-process, under
+``pipecat-veena serve`` and under other ASGI hosts. The engine starts in the app's lifespan, on
+the server's event loop (vLLM binds an engine to its loop), in the background: ``/health``
+answers at once, ``/ready`` once the engine has warmed up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from pipecat_veena.interface import SpeechEngine
+from pipecat_veena.protocol import STREAM_PATH
+from pipecat_veena.server.metrics import CONTENT_TYPE
+from pipecat_veena.server.openai_routes import router as openai_router
+from pipecat_veena.server.settings import ServerSettings
+from pipecat_veena.server.state import SpeechServer
+from pipecat_veena.server.ws import stream_endpoint
+
+
+def create_app(
+    engine: SpeechEngine, settings: ServerSettings | None = None, *, owns_engine: bool = True
+) -> FastAPI:
+    """Build the speech server app over ``engine``.
+
+    Args:
+        engine: the engine to serve; started in the lifespan if it is not running.
+        settings: limits, timeouts and API keys (defaults: ``ServerSettings()``).
+        owns_engine: shut the engine down when the app stops (False when it is shared).
+
+    Returns:
+        The app; its shared state is ``app.state.veena`` (a ``SpeechServer``).
+    """
+    server = SpeechServer(engine, settings or ServerSettings(), owns_engine=owns_engine)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        server.launch()
+        try:
+            yield
+        finally:
+            await server.close()
+
+    app = FastAPI(title="pipecat-veena speech server", lifespan=lifespan)
+    app.state.veena = server
+    app.include_router(openai_router)
+    app.add_api_websocket_route(STREAM_PATH, stream_endpoint)
+
+    @app.get("/health")
+    async def health() -> Response:
+        """Liveness: 200 unless the engine failed to start or died after starting."""
+        if server.failed is not None or (server.ready and not engine.is_running):
+            detail = server.failed or "the engine stopped"
+            return JSONResponse({"status": "failed", "detail": detail}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/ready")
+    async def ready() -> Response:
+        """Readiness: 200 only while the engine is warm and the server takes new streams."""
+        problem = server.availability()
+        if problem is None:
+            return JSONResponse({"status": "ready", "active_streams": server.slots.active})
+        return JSONResponse(
+            {"status": problem.code, "detail": problem.message},
+            status_code=503,
+            headers={"Retry-After": "1"},
+        )
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        """Prometheus text format."""
+        return Response(server.metrics.render(), media_type=CONTENT_TYPE)
+
+    return app

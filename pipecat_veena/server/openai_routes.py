@@ -1,0 +1,246 @@
+"""OpenAI-compatible routes: ``POST /v1/audio/speech``, ``/v1/audio/voices``, ``/v1/models``.
+
+Speech streams as it is generated: raw ``pcm`` (OpenAI's contract: 24 kHz s16le mono, no
+header), ``wav`` (a header with unknown length, then PCM), or with ``stream_format: sse`` the
+``speech.audio.delta`` / ``speech.audio.done`` events. The first audio is awaited before the
+response starts, so errors up to then still get a proper status code and an OpenAI-shaped body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from loguru import logger
+
+from pipecat_veena.protocol import (
+    MAX_SAMPLE_RATE,
+    MIN_SAMPLE_RATE,
+    OPTION_TYPES,
+    ErrorCode,
+    ProtocolError,
+    check_option_types,
+    check_unicode,
+    code_for,
+    load_json,
+)
+from pipecat_veena.server.audio_out import sse_audio_delta, sse_audio_done, sse_event, wav_header
+from pipecat_veena.server.http_stream import AudioPump, AudioStreamResponse, PumpStopped
+from pipecat_veena.server.limits import authenticate
+from pipecat_veena.server.settings import OPENAI_VOICES
+from pipecat_veena.server.speech import SpeechRun
+from pipecat_veena.server.state import SpeechServer
+
+#: OpenAI's ``pcm`` is 24 kHz s16le mono; ``wav`` uses the same rate unless asked otherwise.
+OPENAI_PCM_RATE = 24000
+MEDIA_TYPES = {"pcm": "audio/pcm", "wav": "audio/wav"}
+STREAM_FORMATS = ("audio", "sse")
+#: Model names OpenAI clients send by default; any name is accepted (one server, one model).
+MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+_STATUS = {
+    ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.MESSAGE_TOO_LARGE: 413,
+    ErrorCode.NO_AUDIO: 422,
+    ErrorCode.TOO_MANY_STREAMS: 429,
+    ErrorCode.GENERATION_FAILED: 500,
+    ErrorCode.INTERNAL: 500,
+    ErrorCode.SERVER_STARTING: 503,
+    ErrorCode.SERVER_DRAINING: 503,
+    ErrorCode.ENGINE_UNAVAILABLE: 503,
+}
+
+router = APIRouter()
+
+
+def error_response(error: ProtocolError, param: str | None = None) -> JSONResponse:
+    """An OpenAI-shaped error body with the status that fits the code."""
+    status = _STATUS.get(error.code, 400)
+    kind = {401: "authentication_error", 429: "rate_limit_error"}.get(
+        status, "invalid_request_error" if status < 500 else "server_error"
+    )
+    headers = {"Retry-After": "1"} if status in (429, 503) else None
+    body = {"error": {"message": error.message, "type": kind, "param": param, "code": error.code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    """A checked ``POST /v1/audio/speech`` body."""
+
+    input: str
+    voice: str | None
+    response_format: str
+    stream_format: str
+    sample_rate: int
+    options: dict[str, Any]
+
+
+def _bad(message: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.BAD_MESSAGE, message)
+
+
+def parse_speech_request(body: bytes) -> SpeechRequest:
+    """Check a request body field by field; each problem names the field and the fix.
+
+    Raises:
+        ProtocolError: bad JSON, a missing or mistyped field, an unsupported value.
+    """
+    data = load_json(body, "the body")
+    if not isinstance(data, dict):
+        raise _bad("the body must be a JSON object with 'input', 'voice' and 'model'")
+    text = data.get("input")
+    if not isinstance(text, str):
+        raise _bad("'input' (the text to speak) is required and must be a string")
+    check_unicode(text, "'input'")
+    if not isinstance(data.get("model", ""), str):
+        raise _bad("'model' must be a string")
+    voice = data.get("voice")
+    if isinstance(voice, dict):  # OpenAI's custom voice object {"id": ...}
+        voice = voice.get("id")
+    if voice is not None and not isinstance(voice, str):
+        raise _bad("'voice' must be a voice name (or an object with an 'id' string)")
+    if voice is not None:
+        check_unicode(voice, "'voice'")
+    fmt = data.get("response_format") or "wav"
+    if not isinstance(fmt, str) or fmt.lower() not in MEDIA_TYPES:
+        raise _bad(
+            f"response_format {fmt!r} is not supported; use 'pcm' (24 kHz s16le mono, no "
+            "header) or 'wav'"
+        )
+    stream_format = data.get("stream_format") or "audio"
+    if stream_format not in STREAM_FORMATS:
+        raise _bad(f"stream_format must be 'audio' or 'sse', got {stream_format!r}")
+    speed = data.get("speed")
+    if speed is not None and (isinstance(speed, bool) or speed != 1):
+        raise _bad(
+            f"speed {speed!r} is not supported: the model speaks at its own pace (send 1.0 or "
+            "leave it out; Spark voices take a speed level: voice 'female:moderate:high')"
+        )
+    if not isinstance(data.get("instructions") or "", str):
+        raise _bad("'instructions' must be a string (it is accepted and ignored)")
+    rate = data.get("sample_rate", OPENAI_PCM_RATE)
+    if isinstance(rate, bool) or not isinstance(rate, int):
+        raise _bad("'sample_rate' must be an integer number of Hz")
+    if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+        raise _bad(f"'sample_rate' must be in [{MIN_SAMPLE_RATE}, {MAX_SAMPLE_RATE}], got {rate}")
+    options = check_option_types({k: data[k] for k in OPTION_TYPES if k in data})
+    return SpeechRequest(text, voice, fmt.lower(), stream_format, rate, options)
+
+
+@router.post("/v1/audio/speech")
+async def speech(request: Request) -> Response:
+    """Speak ``input``: audio streams as it is generated (see the module docstring)."""
+    server: SpeechServer = request.app.state.veena
+    settings = server.settings
+    try:
+        key = authenticate(settings, request.headers.get("authorization"), None)
+        body = await request.body()
+        if len(body) > settings.max_message_bytes:
+            raise ProtocolError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"the body has {len(body)} bytes, over this server's cap of "
+                f"{settings.max_message_bytes}",
+            )
+        req = parse_speech_request(body)
+        problem = server.availability()
+        if problem is not None:
+            raise problem
+        server.check_text(req.input)
+        if not server.speakable(req.input):
+            raise _bad("'input' has nothing to say (no letters or digits outside markup)")
+        voice = server.resolve_voice(req.voice)
+        server.check_options(req.options)
+        run = SpeechRun(
+            server, api="http", key=key, voice=voice, options=req.options,
+            out_rate=req.sample_rate, cancel=lambda code: None,
+        )  # fmt: skip
+    except ProtocolError as e:
+        if e.code != ErrorCode.UNAUTHORIZED:
+            server.metrics.requests.labels("http", "rejected").inc()
+        return error_response(e)
+    pump = AudioPump(run, req.input)
+    try:
+        first = await pump.next()
+    except PumpStopped as e:
+        await pump.close("cancelled")
+        return error_response(ProtocolError(e.code, "the server is shutting down; retry elsewhere"))
+    except Exception as e:
+        await pump.close("failed")
+        logger.warning(f"speech server: {run.request_id}: {e}")
+        return error_response(ProtocolError(code_for(e), str(e) or type(e).__name__))
+    except BaseException:
+        await pump.close("disconnected")
+        raise
+    outcome = ["disconnected"]
+    sse = req.stream_format == "sse"
+    return AudioStreamResponse(
+        _body(pump, first, req, outcome),
+        pump=pump,
+        slow_client_timeout_s=settings.slow_client_timeout_s,
+        outcome=outcome,
+        media_type="text/event-stream" if sse else MEDIA_TYPES[req.response_format],
+        headers={"x-request-id": run.request_id, "x-sample-rate": str(req.sample_rate)},
+    )
+
+
+async def _body(
+    pump: AudioPump, first: bytes | None, req: SpeechRequest, outcome: list[str]
+) -> AsyncIterator[bytes]:
+    sse = req.stream_format == "sse"
+    if req.response_format == "wav":
+        header = wav_header(req.sample_rate)
+        yield sse_audio_delta(header) if sse else header
+    pcm = first
+    try:
+        while pcm is not None:
+            yield sse_audio_delta(pcm) if sse else pcm
+            pcm = await pump.next()
+    except Exception as e:  # after the head was sent: end the stream (and say why in SSE)
+        stopped = isinstance(e, PumpStopped)
+        outcome[0] = "cancelled" if stopped else "failed"
+        code = e.code if stopped else code_for(e)
+        logger.warning(f"speech server: {pump.run.request_id} ended early: {code}: {e}")
+        if sse:
+            yield sse_event({"type": "error", "error": {"code": code, "message": str(e)}})
+        return
+    if sse:
+        yield sse_audio_done(pump.run.tokens)
+    outcome[0] = "completed"
+
+
+@router.get("/v1/audio/voices")
+async def voices(request: Request) -> Response:
+    """The checkpoint's voices (default first) and what OpenAI's voice names map to."""
+    server: SpeechServer = request.app.state.veena
+    try:
+        authenticate(server.settings, request.headers.get("authorization"), None)
+        problem = server.availability()
+        if problem is not None:
+            raise problem
+    except ProtocolError as e:
+        return error_response(e)
+    engine = server.engine
+    return JSONResponse(
+        {
+            "voices": list(engine.voices),
+            "default": engine.voices[0],
+            "voice_levels": server.voice_levels,
+            "openai_aliases": {name: server.voice_map[name] for name in OPENAI_VOICES},
+        }
+    )
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> Response:
+    """OpenAI's model list: the served checkpoint and the names clients send by default."""
+    server: SpeechServer = request.app.state.veena
+    try:
+        authenticate(server.settings, request.headers.get("authorization"), None)
+    except ProtocolError as e:
+        return error_response(e)
+    names = [server.engine.model_name if server.ready else "veena", *MODEL_ALIASES]
+    data = [{"id": n, "object": "model", "created": 0, "owned_by": "pipecat-veena"} for n in names]
+    return JSONResponse({"object": "list", "data": data})

@@ -1,0 +1,120 @@
+"""The speech server's settings: one frozen dataclass owns every limit and timeout."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+#: OpenAI's 13 built-in voice names (all its clients can send), by how they sound.
+OPENAI_FEMALE = ("alloy", "coral", "marin", "nova", "sage", "shimmer")
+OPENAI_MALE = ("ash", "ballad", "cedar", "echo", "fable", "onyx", "verse")
+OPENAI_VOICES = tuple(sorted(OPENAI_FEMALE + OPENAI_MALE))
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Limits, timeouts and API keys of a speech server.
+
+    Parameters:
+        api_keys: accepted bearer keys, mapped to a name used in logs and per-key limits.
+            Empty: the server is open to anyone who can reach it (a warning is logged).
+        max_streams: most utterances in flight on the whole server (HTTP and WebSocket).
+        max_streams_per_key: most utterances in flight per API key (None: no per-key cap).
+        max_text_chars: longest text of one utterance (all its appended pieces together).
+        max_message_bytes: longest WebSocket message or HTTP request body.
+        idle_timeout_s: a WebSocket with no utterance in flight and no message for this long
+            is closed (``idle_timeout``).
+        slow_client_timeout_s: a client that takes longer than this to accept one message
+            (it stopped reading) is disconnected (``slow_client``) and its requests aborted.
+        send_buffer_bytes: audio queued per connection before generation waits for the
+            client; with the timeout above this bounds the memory a slow client can hold.
+        drain_timeout_s: on SIGTERM, how long in-flight utterances may take to finish before
+            they are cancelled.
+        voice_map: OpenAI voice name -> checkpoint voice (None: female-sounding names to
+            ``female`` and the others to ``male`` when the checkpoint has both, else every
+            name to the default voice).
+    """
+
+    api_keys: Mapping[str, str] = field(default_factory=dict)
+    max_streams: int = 64
+    max_streams_per_key: int | None = None
+    max_text_chars: int = 4096
+    max_message_bytes: int = 64 * 1024
+    idle_timeout_s: float = 300.0
+    slow_client_timeout_s: float = 10.0
+    send_buffer_bytes: int = 1 << 20
+    drain_timeout_s: float = 30.0
+    voice_map: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_streams", "max_text_chars", "max_message_bytes", "send_buffer_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_streams_per_key is not None and self.max_streams_per_key < 1:
+            raise ValueError(f"max_streams_per_key must be >= 1, got {self.max_streams_per_key}")
+        for name in ("idle_timeout_s", "slow_client_timeout_s", "drain_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        object.__setattr__(self, "api_keys", MappingProxyType(dict(self.api_keys)))
+
+    def limits(self) -> dict[str, float | int | None]:
+        """The limits a client should know (sent in the WebSocket ``ready`` message)."""
+        return {
+            "max_text_chars": self.max_text_chars,
+            "max_message_bytes": self.max_message_bytes,
+            "max_streams": self.max_streams,
+            "max_streams_per_key": self.max_streams_per_key,
+            "idle_timeout_s": self.idle_timeout_s,
+        }
+
+
+def read_api_keys(path: str | Path) -> dict[str, str]:
+    """Read an API key file: one key per line, or ``name key``; ``#`` starts a comment.
+
+    Returns:
+        key -> name (keys without a name are called ``key1``, ``key2``... by line order).
+
+    Raises:
+        ValueError: an unreadable file, a malformed line or no key at all.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise ValueError(f"cannot read the API key file {path}: {e}") from e
+    keys: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        if len(fields) > 2:
+            raise ValueError(
+                f"{path}:{number}: expected 'key' or 'name key', got {len(fields)} words"
+            )
+        name, key = fields if len(fields) == 2 else (f"key{len(keys) + 1}", fields[0])
+        keys[key] = name
+    if not keys:
+        raise ValueError(f"{path}: no API key in the file (one per line, or 'name key')")
+    return keys
+
+
+def parse_voice_map(spec: str) -> dict[str, str]:
+    """Parse ``alloy=female,echo=male`` into a voice map.
+
+    Raises:
+        ValueError: a pair without ``=`` or an OpenAI name OpenAI does not have.
+    """
+    mapping = {}
+    for pair in filter(None, (p.strip() for p in spec.split(","))):
+        name, sep, voice = pair.partition("=")
+        name = name.strip().lower()
+        if not sep or not voice.strip():
+            raise ValueError(f"voice map: expected openai_name=voice, got {pair!r}")
+        if name not in OPENAI_VOICES:
+            raise ValueError(
+                f"voice map: {name!r} is not an OpenAI voice ({', '.join(OPENAI_VOICES)})"
+            )
+        mapping[name] = voice.strip()
+    return mapping

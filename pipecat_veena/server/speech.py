@@ -1,0 +1,132 @@
+"""One utterance on the shared engine as both APIs run it: slot, request id, resampling, figures."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any
+
+from pipecat_veena.audio import BYTES_PER_SAMPLE
+from pipecat_veena.resample import StreamResampler
+
+if TYPE_CHECKING:
+    from pipecat_veena.server.state import SpeechServer
+
+
+class SpeechRun:
+    """An accepted utterance: holds its stream slot from creation until ``close()``.
+
+    Text is spoken in one or more segments (incremental text), in one voice, through one
+    resampler, so there is no seam between segments. Creating it takes a slot (or raises).
+
+    Args:
+        server: the server's shared state.
+        api: "ws" or "http" (metrics label and request id prefix).
+        key: the API key name (per-key stream cap).
+        voice: the resolved engine voice.
+        options: sampling options, already checked.
+        out_rate: the rate the client gets.
+        cancel: called with an error code when the server must stop this utterance (drain).
+        whole_text: True when all the text was known at the start (its real-time factor is
+            then a property of the engine, not of the client's typing speed).
+
+    Raises:
+        ProtocolError: ``too_many_streams``.
+    """
+
+    def __init__(
+        self,
+        server: SpeechServer,
+        *,
+        api: str,
+        key: str,
+        voice: str,
+        options: dict[str, Any],
+        out_rate: int,
+        cancel: Callable[[str], None],
+        whole_text: bool = True,
+    ) -> None:
+        server.slots.acquire(key)
+        self.server = server
+        self.api = api
+        self.key = key
+        self.voice = voice
+        self.options = options
+        self.out_rate = out_rate
+        self.cancel = cancel
+        self.whole_text = whole_text
+        self.request_id = server.new_request_id(api)
+        self.resampler = StreamResampler(server.engine.sample_rate, out_rate)
+        self.tokens = 0
+        self.samples = 0
+        self.started = time.monotonic()
+        self.first_audio_at: float | None = None
+        self.last_audio_at: float | None = None
+        self.closed = False
+        server.metrics.active_streams.labels(api).inc()
+        server.register(self)
+
+    async def segment(self, text: str) -> AsyncIterator[bytes]:
+        """Speak one piece of text; yields PCM at ``out_rate`` as the engine decodes it.
+
+        Closing the iterator (or cancelling its consumer) aborts the engine request at once.
+        """
+        base = self.tokens
+        stream = self.server.engine.stream(
+            text, self.voice, request_id=self.request_id, **self.options
+        )
+        async with aclosing(stream) as chunks:
+            async for chunk in chunks:
+                self.tokens = base + chunk.tokens
+                pcm = self.resampler.resample(chunk.pcm)
+                if pcm:
+                    self._count(pcm)
+                    yield pcm
+
+    def finish(self) -> bytes:
+        """The resampler's tail (call once after the last segment)."""
+        tail = self.resampler.flush()
+        if tail:
+            self._count(tail)
+        return tail
+
+    def _count(self, pcm: bytes) -> None:
+        now = time.monotonic()
+        if self.first_audio_at is None:
+            self.first_audio_at = now
+        self.last_audio_at = now
+        self.samples += len(pcm) // BYTES_PER_SAMPLE
+
+    @property
+    def audio_seconds(self) -> float:
+        """Seconds of audio produced so far."""
+        return self.samples / self.out_rate
+
+    @property
+    def ttfa_ms(self) -> float | None:
+        """Milliseconds from acceptance to the first audio (None: no audio yet)."""
+        if self.first_audio_at is None:
+            return None
+        return (self.first_audio_at - self.started) * 1000
+
+    @property
+    def elapsed_ms(self) -> float:
+        """Milliseconds since acceptance."""
+        return (time.monotonic() - self.started) * 1000
+
+    def close(self, outcome: str) -> None:
+        """Release the slot and record the outcome (idempotent; the first outcome counts)."""
+        if self.closed:
+            return
+        self.closed = True
+        metrics = self.server.metrics
+        self.server.slots.release(self.key)
+        self.server.unregister(self)
+        metrics.active_streams.labels(self.api).dec()
+        metrics.requests.labels(self.api, outcome).inc()
+        if self.first_audio_at is not None:
+            metrics.time_to_first_audio.labels(self.api).observe(self.ttfa_ms / 1000)
+        if outcome == "completed" and self.whole_text and self.samples and self.last_audio_at:
+            rtf = (self.last_audio_at - self.started) / self.audio_seconds
+            metrics.real_time_factor.labels(self.api).observe(rtf)

@@ -1,0 +1,222 @@
+"""What one speech server app shares: engine, settings, metrics, stream slots, drain state."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+
+from pipecat_veena.errors import UnknownVoiceError
+from pipecat_veena.interface import SpeechEngine
+from pipecat_veena.protocol import ErrorCode, ProtocolError
+from pipecat_veena.server.limits import StreamSlots
+from pipecat_veena.server.metrics import ServerMetrics
+from pipecat_veena.server.settings import OPENAI_FEMALE, OPENAI_VOICES, ServerSettings
+from pipecat_veena.text import is_speakable
+
+if TYPE_CHECKING:
+    from pipecat_veena.server.speech import SpeechRun
+
+#: A voice name with levels that every level-controllable (Spark) checkpoint accepts.
+_LEVELS_PROBE = "female:moderate:moderate"
+
+
+class SpeechServer:
+    """The state of one app: start, readiness, drain, and checks shared by both APIs.
+
+    Args:
+        engine: the engine to serve (started by ``launch()`` if it is not running).
+        settings: limits, timeouts, keys.
+        owns_engine: shut the engine down with the app (False when others share it).
+    """
+
+    def __init__(
+        self, engine: SpeechEngine, settings: ServerSettings, *, owns_engine: bool = True
+    ) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.owns_engine = owns_engine
+        self.metrics = ServerMetrics(engine)
+        self.slots = StreamSlots(settings)
+        self.ready = False
+        self.draining = False
+        self.failed: str | None = None
+        self.voice_map: dict[str, str] = {}
+        self.voice_levels = False
+        self.tag = uuid.uuid4().hex[:6]
+        self._ids = itertools.count(1)
+        self._runs: set[SpeechRun] = set()
+        self._start_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def launch(self) -> None:
+        """Start the engine in the background (``/health`` answers meanwhile, ``/ready`` not)."""
+        if not self.settings.api_keys:
+            logger.warning(
+                "speech server: no API keys configured, anyone who can reach it may use it "
+                "(pipecat-veena serve --api-key-file FILE)"
+            )
+        self._start_task = asyncio.get_running_loop().create_task(self._start())
+
+    async def _start(self) -> None:
+        try:
+            await self.engine.start()
+            self._setup_voices()
+        except Exception as e:
+            self.failed = f"{type(e).__name__}: {e}"
+            logger.error(f"speech server: the engine failed to start: {self.failed}")
+            raise
+        self.ready = True
+        self.metrics.ready.set(1)
+        logger.info(
+            f"speech server: ready ({self.engine.model_name}, {self.engine.sample_rate} Hz, "
+            f"voices {', '.join(self.engine.voices)})"
+        )
+
+    async def wait_started(self) -> None:
+        """Return once the engine is ready; raises what made its start fail."""
+        if self._start_task is None:
+            raise RuntimeError("the app has not started (run it under an ASGI server)")
+        await asyncio.shield(self._start_task)
+
+    def _setup_voices(self) -> None:
+        engine = self.engine
+        try:
+            engine.check_voice(_LEVELS_PROBE)
+            self.voice_levels = True
+        except (UnknownVoiceError, ValueError):
+            self.voice_levels = False
+        mapping = self.settings.voice_map
+        if mapping is None:
+            names = set(engine.voices)
+            if {"female", "male"} <= names:
+                mapping = {v: "female" if v in OPENAI_FEMALE else "male" for v in OPENAI_VOICES}
+            else:
+                mapping = {v: engine.voices[0] for v in OPENAI_VOICES}
+        # raises UnknownVoiceError (the start fails) for a map naming a voice the model lacks
+        self.voice_map = {
+            **{v: engine.voices[0] for v in OPENAI_VOICES},
+            **{k: engine.check_voice(v) for k, v in mapping.items()},
+        }
+
+    async def close(self) -> None:
+        """Cancel what is in flight and stop the engine if this app owns it."""
+        self.ready = False
+        self.metrics.ready.set(0)
+        if self._start_task is not None and not self._start_task.done():
+            self._start_task.cancel()
+            await asyncio.gather(self._start_task, return_exceptions=True)
+        await self._cancel_all(ErrorCode.SERVER_DRAINING, grace_s=5.0)
+        if self.owns_engine:
+            await self.engine.shutdown()
+
+    # -- drain -----------------------------------------------------------------------------
+    def begin_drain(self) -> None:
+        """Take no new streams from now on (``/ready`` answers 503)."""
+        if not self.draining:
+            logger.info(f"speech server: draining ({self.slots.active} streams in flight)")
+        self.draining = True
+        self.metrics.ready.set(0)
+
+    async def drain(self, deadline_s: float | None = None) -> int:
+        """Refuse new streams, let in-flight ones finish within ``deadline_s``, cancel the rest.
+
+        Returns:
+            How many streams had to be cancelled.
+        """
+        self.begin_drain()
+        if deadline_s is None:
+            deadline_s = self.settings.drain_timeout_s
+        try:
+            await asyncio.wait_for(self.slots.wait_idle(), deadline_s)
+            return 0
+        except TimeoutError:
+            left = len(self._runs)
+            logger.warning(f"speech server: drain deadline passed; cancelling {left} streams")
+            await self._cancel_all(ErrorCode.SERVER_DRAINING, grace_s=5.0)
+            return left
+
+    async def _cancel_all(self, code: str, *, grace_s: float) -> None:
+        for run in list(self._runs):
+            run.cancel(code)
+        try:
+            await asyncio.wait_for(self.slots.wait_idle(), grace_s)
+        except TimeoutError:
+            logger.error(f"speech server: {self.slots.active} streams did not end when cancelled")
+
+    # -- per request -----------------------------------------------------------------------
+    def availability(self) -> ProtocolError | None:
+        """Why no new stream can start now (None: it can)."""
+        if self.draining:
+            return ProtocolError(
+                ErrorCode.SERVER_DRAINING,
+                "the server is shutting down and takes no new streams; use another server",
+            )
+        if self.failed is not None:
+            return ProtocolError(
+                ErrorCode.ENGINE_UNAVAILABLE, f"the engine failed to start: {self.failed}"
+            )
+        if not self.ready:
+            return ProtocolError(
+                ErrorCode.SERVER_STARTING, "the engine is still loading; retry once /ready is 200"
+            )
+        if not self.engine.is_running:
+            return ProtocolError(
+                ErrorCode.ENGINE_UNAVAILABLE, "the engine stopped; the server needs a restart"
+            )
+        return None
+
+    def resolve_voice(self, name: str | None) -> str:
+        """The engine voice for ``name``: a checkpoint voice, or an OpenAI name via the map.
+
+        Raises:
+            ProtocolError: ``unknown_voice``, listing both kinds of names.
+        """
+        try:
+            return self.engine.check_voice(name)
+        except UnknownVoiceError as e:
+            mapped = self.voice_map.get(str(name).strip().lower())
+            if mapped is not None:
+                return mapped
+            raise ProtocolError(
+                ErrorCode.UNKNOWN_VOICE,
+                f"{e}; OpenAI voice names work too: {', '.join(OPENAI_VOICES)}",
+            ) from None
+
+    def check_text(self, text: str, ref: str | None = None) -> None:
+        """Raise ``text_too_long`` for text over the cap."""
+        limit = self.settings.max_text_chars
+        if len(text) > limit:
+            raise ProtocolError(
+                ErrorCode.TEXT_TOO_LONG,
+                f"the text has {len(text)} characters, over this server's cap of {limit}; split "
+                "it into several requests",
+                ref,
+            )
+
+    def check_options(self, options: dict[str, Any], ref: str | None = None) -> None:
+        """Raise ``bad_options`` when the engine cannot use ``options``."""
+        try:
+            self.engine.check_options(**options)
+        except (ValueError, TypeError) as e:
+            raise ProtocolError(ErrorCode.BAD_OPTIONS, f"bad sampling options: {e}", ref) from None
+
+    @staticmethod
+    def speakable(text: str) -> bool:
+        """True when ``text`` has something to say (letters or digits outside markup)."""
+        return is_speakable(text)
+
+    def new_request_id(self, api: str) -> str:
+        """A request id unique to this server (the engine's requests start with it)."""
+        return f"{api}-{self.tag}-{next(self._ids)}"
+
+    def register(self, run: SpeechRun) -> None:
+        """Track an accepted utterance (so a drain can cancel it)."""
+        self._runs.add(run)
+
+    def unregister(self, run: SpeechRun) -> None:
+        """Forget a finished utterance."""
+        self._runs.discard(run)

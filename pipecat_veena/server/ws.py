@@ -1,0 +1,267 @@
+"""The streaming WebSocket (``/v1/audio/stream``): a call's utterances over one connection.
+
+Each connection has a receive loop (client messages), a send loop (everything the client gets
+passes through one outbox bounded in bytes) and a task per utterance in flight. A client that
+stops reading makes the outbox fill, generation wait, and after ``slow_client_timeout_s`` the
+connection is dropped and its LLM requests aborted: a slow client holds a bounded amount of
+memory. The messages are defined in ``pipecat_veena.protocol``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+from fastapi import WebSocket
+from loguru import logger
+
+from pipecat_veena.protocol import (
+    Append,
+    Cancel,
+    End,
+    Error,
+    ErrorCode,
+    Flush,
+    ProtocolError,
+    Ready,
+    Speak,
+    parse_client_message,
+    to_json,
+)
+from pipecat_veena.server.limits import authenticate
+from pipecat_veena.server.state import SpeechServer
+from pipecat_veena.server.ws_utterance import WsUtterance
+
+#: Close codes: policy (bad key), try again later (starting, draining), normal (idle).
+CLOSE_POLICY, CLOSE_TRY_LATER, CLOSE_NORMAL = 1008, 1013, 1000
+
+
+class Outbox:
+    """Messages waiting for the client, bounded in bytes: ``put`` waits while it is full.
+
+    One reader (the send loop); two events instead of a lock, so a message reaches the send
+    loop in one event-loop step.
+
+    Args:
+        limit: bytes that may wait (one message over it still fits into an empty box).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._items: collections.deque[bytes | str] = collections.deque()
+        self._bytes = 0
+        self._limit = limit
+        self._filled = asyncio.Event()  # set while there are items
+        self._drained = asyncio.Event()  # set when room was made
+
+    async def put(self, item: bytes | str) -> None:
+        """Queue ``item``, waiting while the box is full."""
+        while self._bytes and self._bytes + len(item) > self._limit:
+            self._drained.clear()
+            await self._drained.wait()
+        self.push_control(item)
+
+    def push_control(self, item: bytes | str) -> None:
+        """Queue a message now, over the limit if need be (small control messages only)."""
+        self._items.append(item)
+        self._bytes += len(item)
+        self._filled.set()
+
+    async def get(self) -> bytes | str:
+        """The oldest message, waiting for one."""
+        while not self._items:
+            self._filled.clear()
+            await self._filled.wait()
+        item = self._items.popleft()
+        self._bytes -= len(item)
+        self._drained.set()
+        return item
+
+
+class Connection:
+    """One client connection: its receive loop, send loop and utterances.
+
+    Args:
+        websocket: the accepted WebSocket.
+        server: the app's shared state.
+        key: the caller's API key name.
+    """
+
+    def __init__(self, websocket: WebSocket, server: SpeechServer, key: str) -> None:
+        self.ws = websocket
+        self.server = server
+        self.key = key
+        self.settings = server.settings
+        self.outbox = Outbox(server.settings.send_buffer_bytes)
+        self.utterances: dict[str, WsUtterance] = {}
+        self.last_activity = time.monotonic()
+
+    async def run(self) -> None:
+        """Serve the connection until the client leaves, idles out or stops reading."""
+        metrics = self.server.metrics
+        metrics.connections.inc()
+        sender = asyncio.create_task(self._send_loop())
+        receiver = asyncio.create_task(self._receive_loop())
+        reason = "gone"
+        try:
+            await self.outbox.put(to_json(self._ready()))
+            done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+            reason = (receiver if receiver in done else sender).result()
+        finally:
+            receiver.cancel()
+            utterances = list(self.utterances.values())
+            for utterance in utterances:
+                utterance.stop("gone")
+            await asyncio.gather(receiver, *(u.task for u in utterances), return_exceptions=True)
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+            metrics.connections.dec()
+        if reason == "idle":
+            idle = Error(
+                ErrorCode.IDLE_TIMEOUT,
+                f"no utterance and no message for {self.settings.idle_timeout_s:g} s; "
+                "reconnect when there is something to say",
+            )
+            await self._close_with(idle, CLOSE_NORMAL)
+        elif reason == "slow":
+            logger.warning(
+                f"speech server: a client ({self.key}) did not read for "
+                f"{self.settings.slow_client_timeout_s:g} s; dropped it and aborted its requests"
+            )
+
+    def _ready(self) -> Ready:
+        engine = self.server.engine
+        return Ready(
+            model=engine.model_name,
+            sample_rate=engine.sample_rate,
+            voices=list(engine.voices),
+            default_voice=engine.voices[0],
+            voice_levels=self.server.voice_levels,
+            limits=self.settings.limits(),
+            emotion_tags=list(engine.emotion_tags),
+        )
+
+    async def _close_with(self, error: Error, code: int) -> None:
+        timeout = self.settings.slow_client_timeout_s
+        try:
+            await asyncio.wait_for(self.ws.send_text(to_json(error)), timeout)
+            await asyncio.wait_for(self.ws.close(code), timeout)
+        except Exception:  # the client is gone or stuck: uvicorn closes the socket
+            pass
+
+    async def _send_loop(self) -> str:
+        timeout = self.settings.slow_client_timeout_s
+        while True:
+            item = await self.outbox.get()
+            try:
+                async with asyncio.timeout(timeout):  # (no extra task, unlike wait_for)
+                    if isinstance(item, bytes):
+                        await self.ws.send_bytes(item)
+                    else:
+                        await self.ws.send_text(item)
+            except TimeoutError:
+                return "slow"
+            except Exception:
+                return "gone"
+
+    async def _receive_loop(self) -> str:
+        idle = self.settings.idle_timeout_s
+        while True:
+            wait = (
+                idle if self.utterances else max(0.0, self.last_activity + idle - time.monotonic())
+            )
+            try:
+                async with asyncio.timeout(wait):
+                    message = await self.ws.receive()
+            except TimeoutError:
+                if not self.utterances and time.monotonic() - self.last_activity >= idle:
+                    return "idle"
+                continue
+            self.last_activity = time.monotonic()
+            if message["type"] == "websocket.disconnect":
+                return "gone"
+            text = message.get("text")
+            try:
+                if text is None:
+                    raise ProtocolError(
+                        ErrorCode.BINARY_NOT_EXPECTED,
+                        "binary frames carry audio from the server only; send JSON text messages",
+                    )
+                self._handle(text)
+            except ProtocolError as e:
+                await self.outbox.put(to_json(Error(e.code, e.message, e.ref, e.ended)))
+
+    def _handle(self, text: str) -> None:
+        limit = self.settings.max_message_bytes
+        if len(text) > limit or len(text.encode()) > limit:
+            raise ProtocolError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"a message may have at most {limit} bytes; send long text in several 'append' "
+                "messages",
+            )
+        msg = parse_client_message(text)
+        if isinstance(msg, Speak):
+            self._speak(msg)
+            return
+        utterance = self.utterances.get(msg.id)
+        if utterance is None:
+            if isinstance(msg, Cancel):
+                return  # already over: cancelling is idempotent
+            raise ProtocolError(
+                ErrorCode.UNKNOWN_ID,
+                f"{msg.type}: no utterance {msg.id!r} is open on this connection (it ended, or "
+                "its speak was refused)",
+                msg.id,
+            )
+        if isinstance(msg, Append):
+            utterance.append(msg.text)
+        elif isinstance(msg, Flush):
+            utterance.flush()
+        elif isinstance(msg, End):
+            utterance.end()
+        elif isinstance(msg, Cancel):
+            utterance.stop("cancel")
+
+    def _speak(self, msg: Speak) -> None:
+        if msg.id in self.utterances:
+            raise ProtocolError(
+                ErrorCode.DUPLICATE_ID,
+                f"utterance {msg.id!r} is still open; wait for its done or use another id",
+                msg.id,
+            )
+        server = self.server
+        try:
+            problem = server.availability()
+            if problem is not None:
+                raise problem
+            server.check_text(msg.text, msg.id)
+            voice = server.resolve_voice(msg.voice)
+            server.check_options(msg.options, msg.id)
+            self.utterances[msg.id] = WsUtterance(self, msg, voice)
+        except ProtocolError as e:
+            server.metrics.requests.labels("ws", "rejected").inc()
+            e.ref, e.ended = msg.id, True
+            raise
+
+
+async def stream_endpoint(websocket: WebSocket) -> None:
+    """The WebSocket route: authenticate, say ``ready``, then serve the connection."""
+    server: SpeechServer = websocket.app.state.veena
+    key = None
+    try:
+        key = authenticate(
+            server.settings,
+            websocket.headers.get("authorization"),
+            websocket.query_params.get("api_key"),
+        )
+        problem = server.availability()
+    except ProtocolError as e:
+        problem = e
+    await websocket.accept()
+    if problem is not None:
+        code = CLOSE_POLICY if problem.code == ErrorCode.UNAUTHORIZED else CLOSE_TRY_LATER
+        await Connection(websocket, server, key or "")._close_with(
+            Error(problem.code, problem.message), code
+        )
+        return
+    await Connection(websocket, server, key).run()

@@ -1,0 +1,212 @@
+"""One utterance of a WebSocket connection: its text (whole or incremental) and its task."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import TYPE_CHECKING
+
+from loguru import logger
+
+from pipecat_veena.protocol import (
+    Done,
+    Error,
+    ErrorCode,
+    ProtocolError,
+    Speak,
+    code_for,
+    encode_audio_frame,
+    to_json,
+)
+from pipecat_veena.server.speech import SpeechRun
+
+if TYPE_CHECKING:
+    from pipecat_veena.server.ws import Connection
+
+#: Where appended text may be cut: after a sentence end (Latin or Devanagari) and a space.
+_SENTENCE_BREAK = re.compile(r"[.!?…]+[\"'”’)\]]*\s+|[।॥]+[\"'”’)\]]*\s*")
+
+
+def complete_sentences(text: str) -> tuple[str, str]:
+    """Split ``text`` into its complete sentences and the unfinished rest."""
+    cut = 0
+    for match in _SENTENCE_BREAK.finditer(text):
+        cut = match.end()
+    return text[:cut], text[cut:]
+
+
+class WsUtterance:
+    """An utterance in flight on one connection; its task speaks queued text segments in order.
+
+    With ``final`` the whole text is one segment (the engine splits it and keeps one voice).
+    Otherwise appended text is cut at sentence ends and each complete sentence is spoken as
+    soon as it arrives; ``flush`` speaks the rest now, ``end`` closes the text.
+
+    Args:
+        conn: the connection.
+        msg: the ``speak`` message.
+        voice: the resolved engine voice.
+
+    Raises:
+        ProtocolError: ``too_many_streams`` (no slot).
+    """
+
+    def __init__(self, conn: Connection, msg: Speak, voice: str) -> None:
+        server = conn.server
+        self.conn = conn
+        self.id = msg.id
+        self.run = SpeechRun(
+            server,
+            api="ws",
+            key=conn.key,
+            voice=voice,
+            options=msg.options,
+            out_rate=msg.sample_rate or server.engine.sample_rate,
+            cancel=self._on_drain,
+            whole_text=msg.final,
+        )
+        self.texts: asyncio.Queue[str | None] = asyncio.Queue()
+        self.pending = ""
+        self.chars = len(msg.text)
+        self.closed = msg.final
+        self.stop_reason: str | ProtocolError | None = None
+        if msg.final:
+            self.texts.put_nowait(msg.text)
+            self.texts.put_nowait(None)
+        else:
+            self._add(msg.text)
+        self._ran = False
+        self.task = asyncio.get_running_loop().create_task(self._main())
+        self.task.add_done_callback(self._finished)
+
+    # -- text ------------------------------------------------------------------------------
+    def append(self, text: str) -> None:
+        """Add text; complete sentences start speaking now.
+
+        Text over the cap ends the utterance with ``text_too_long`` (reported by its task).
+
+        Raises:
+            ProtocolError: the utterance takes no more text (``final`` or ended).
+        """
+        self._check_open("append")
+        self.chars += len(text)
+        limit = self.conn.server.settings.max_text_chars
+        if self.chars > limit:
+            self.closed = True
+            self.stop(
+                ProtocolError(
+                    ErrorCode.TEXT_TOO_LONG,
+                    f"utterance {self.id!r} has {self.chars} characters, over this server's cap "
+                    f"of {limit}; end it and continue in a new one",
+                    self.id,
+                )
+            )
+            return
+        self._add(text)
+
+    def _add(self, text: str) -> None:
+        complete, self.pending = complete_sentences(self.pending + text)
+        if complete.strip():
+            self.texts.put_nowait(complete)
+
+    def flush(self) -> None:
+        """Speak the buffered text now, even without a sentence end."""
+        self._check_open("flush")
+        if self.pending.strip():
+            self.texts.put_nowait(self.pending)
+        self.pending = ""
+
+    def end(self) -> None:
+        """No more text: speak the rest, then ``done``.
+
+        Raises:
+            ProtocolError: the utterance was already closed.
+        """
+        self.flush()
+        self.closed = True
+        self.texts.put_nowait(None)
+
+    def _check_open(self, what: str) -> None:
+        if self.closed:
+            raise ProtocolError(
+                ErrorCode.BAD_MESSAGE,
+                f"{what}: utterance {self.id!r} takes no more text (it was sent with final true "
+                "or ended)",
+                self.id,
+            )
+
+    # -- ending ----------------------------------------------------------------------------
+    def stop(self, reason: str | ProtocolError) -> None:
+        """End the utterance now: "cancel" (client), "drain", "gone" or an error to report."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.task.cancel()
+
+    def _on_drain(self, code: str) -> None:
+        self.stop("drain")
+
+    def _done(self, reason: str) -> Done:
+        run = self.run
+        return Done(
+            id=self.id,
+            reason=reason,
+            tokens=run.tokens,
+            audio_seconds=round(run.audio_seconds, 4),
+            ttfa_ms=None if run.ttfa_ms is None else round(run.ttfa_ms, 2),
+            elapsed_ms=round(run.elapsed_ms, 2),
+            sample_rate=run.out_rate,
+            request_id=run.request_id,
+        )
+
+    def _stopped(self) -> tuple[str, Done | Error | None]:
+        """Outcome and last message of an utterance whose task was cancelled."""
+        reason = self.stop_reason
+        if reason == "cancel":
+            return "cancelled", self._done("cancelled")
+        if reason == "drain":
+            message = (
+                "the server is shutting down and cancelled this utterance; retry it on another "
+                "server"
+            )
+            return "cancelled", Error(ErrorCode.SERVER_DRAINING, message, self.id, True)
+        if isinstance(reason, ProtocolError):
+            return "failed", Error(reason.code, reason.message, self.id, True)
+        return "disconnected", None  # the connection is gone
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        if not self._ran:  # cancelled before its first step: _main never ran its finally
+            self._close(*self._stopped())
+
+    def _close(self, outcome: str, final: Done | Error | None) -> None:
+        conn = self.conn
+        conn.utterances.pop(self.id, None)
+        conn.last_activity = time.monotonic()
+        self.run.close(outcome)
+        if final is not None:
+            conn.outbox.push_control(to_json(final))
+
+    async def _main(self) -> None:
+        self._ran = True
+        conn, run = self.conn, self.run
+        outcome: str = "failed"
+        final: Done | Error | None = None
+        try:
+            while (text := await self.texts.get()) is not None:
+                async for pcm in run.segment(text):
+                    await conn.outbox.put(encode_audio_frame(self.id, run.tokens, pcm))
+            tail = run.finish()
+            if tail:
+                await conn.outbox.put(encode_audio_frame(self.id, run.tokens, tail))
+            outcome, final = "completed", self._done("completed")
+        except asyncio.CancelledError:
+            outcome, final = self._stopped()
+        except Exception as e:
+            code = code_for(e)
+            if code == ErrorCode.INTERNAL:
+                logger.exception(f"speech server: utterance {run.request_id} failed: {e}")
+            else:
+                logger.warning(f"speech server: utterance {run.request_id}: {e}")
+            final = Error(code, str(e) or type(e).__name__, self.id, True)
+        finally:
+            self._close(outcome, final)

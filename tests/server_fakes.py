@@ -1,0 +1,186 @@
+"""Fakes and helpers for the speech server's tests: a scriptable SpeechEngine and a raw client.
+
+``FakeSpeechEngine`` implements the SpeechEngine Protocol with a tone generator, so the server's
+protocol edge cases (limits, slow clients, faults before and after first audio) can be driven
+exactly and fast; test_server_real.py runs the same server over the real vLLM engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import numpy as np
+import websockets
+from websockets.asyncio.client import connect
+
+from pipecat_veena.engine import AudioChunk
+from pipecat_veena.errors import EngineNotRunningError, GenerationError
+from pipecat_veena.generation import SamplingOptions
+from pipecat_veena.prompts import Voice
+from pipecat_veena.protocol import AudioFrame, decode_audio_frame, parse_server_message
+from pipecat_veena.server import ServerHandle, ServerSettings, create_app
+from pipecat_veena.voices import VoiceBook
+
+RATE = 16000
+
+
+class FakeSpeechEngine:
+    """A fake SpeechEngine speaking a 220 Hz tone: ``chunks`` chunks of ``chunk_samples``.
+
+    Each chunk counts 10 LLM tokens. ``delay`` is the wait before each chunk; ``endless`` keeps
+    speaking until closed. The first ``failures`` streams raise ``error`` just before chunk
+    ``fail_at`` (0: before any audio). Open streams are tracked (``open``, ``stats()``), and
+    every call is recorded (``calls``), so tests can see that closing a stream closed it here.
+    """
+
+    model_name = "fake-veena"
+    emotion_tags = ("<laugh>",)
+
+    def __init__(
+        self,
+        *,
+        chunks: int = 4,
+        chunk_samples: int = 1600,
+        delay: float = 0.0,
+        endless: bool = False,
+        fail_at: int | None = None,
+        failures: int = 1,
+        error: Exception | None = None,
+    ) -> None:
+        self.chunks, self.chunk_samples = chunks, chunk_samples
+        self.delay, self.endless = delay, endless
+        self.fail_at, self.failures = fail_at, failures
+        self.error = error or GenerationError("injected: the LLM request failed")
+        self.calls: list[tuple[str, str | None, dict]] = []
+        self.open: set[str] = set()
+        self.closed_streams = 0
+        self._running = False
+        self._book = VoiceBook(
+            {"female": Voice(name="female"), "male": Voice(name="male")}, "female",
+            controllable=True,
+        )  # fmt: skip
+
+    @property
+    def is_running(self) -> bool:
+        return self._running
+
+    @property
+    def sample_rate(self) -> int:
+        if not self._running:
+            raise EngineNotRunningError("fake: not started")
+        return RATE
+
+    @property
+    def voices(self) -> list[str]:
+        return self._book.names
+
+    async def start(self) -> None:
+        self._running = True
+
+    async def shutdown(self) -> None:
+        self._running = False
+
+    def check_voice(self, voice: str | None) -> str:
+        return self._book.resolve(voice).name
+
+    def check_options(self, **options) -> None:
+        options.pop("normalize", None)
+        if options.pop("language", "auto") not in ("auto", "hi", "en"):
+            raise ValueError("language must be one of ('auto', 'hi', 'en')")
+        max_tokens = options.pop("max_tokens", None)
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        SamplingOptions(**options)
+
+    def stats(self) -> dict:
+        return {"active_streams": len(self.open), "unfinished_requests": len(self.open)}
+
+    async def abort(self, request_id: str) -> int:
+        return 0
+
+    async def stream(self, text, voice=None, *, request_id=None, **options):
+        n = len(self.calls)
+        self.calls.append((text, self.check_voice(voice), dict(options)))
+        rid = f"{request_id}-{n}"
+        self.open.add(rid)
+        try:
+            i = 0
+            while self.endless or i < self.chunks:
+                if n < self.failures and i == self.fail_at:
+                    raise self.error
+                await asyncio.sleep(self.delay)
+                t = np.arange(i * self.chunk_samples, (i + 1) * self.chunk_samples) / RATE
+                pcm = (8000 * np.sin(2 * np.pi * 220 * t)).astype("<i2").tobytes()
+                i += 1
+                yield AudioChunk(pcm, RATE, tokens=10 * i)
+        finally:
+            self.open.discard(rid)
+            self.closed_streams += 1
+
+
+@asynccontextmanager
+async def serving(engine, settings: ServerSettings | None = None, *, owns_engine: bool = False):
+    """Serve ``engine`` on a free loopback port for the duration of the block."""
+    handle = ServerHandle(create_app(engine, settings, owns_engine=owns_engine))
+    await handle.start()
+    try:
+        await handle.state.wait_started()
+        yield handle
+    finally:
+        await handle.stop()
+
+
+class RawClient:
+    """A bare protocol client (websockets) for tests: JSON out, parsed messages and frames in."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.ready = None
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(cls, url: str, *, api_key: str | None = None, ready: bool = True):
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        async with connect(url, additional_headers=headers, compression=None) as ws:
+            client = cls(ws)
+            if ready:
+                client.ready = await client.recv()
+            yield client
+
+    async def send(self, message: dict | str | bytes) -> None:
+        await self.ws.send(json.dumps(message) if isinstance(message, dict) else message)
+
+    async def recv(self, wait_s: float = 30.0):
+        data = await asyncio.wait_for(self.ws.recv(), wait_s)
+        return decode_audio_frame(data) if isinstance(data, bytes) else parse_server_message(data)
+
+    async def until_end(self, uid: str, wait_s: float = 60.0):
+        """Audio of ``uid`` and the message that ended it (done, or an error that ended it)."""
+        frames = []
+        while True:
+            message = await self.recv(wait_s)
+            if isinstance(message, AudioFrame):
+                if message.id == uid:
+                    frames.append(message)
+            elif getattr(message, "id", None) == uid and (
+                message.type == "done" or getattr(message, "ended", False)
+            ):
+                return frames, message
+
+    async def closed(self, wait_s: float = 30.0) -> int:
+        """Read until the server closes; returns the close code."""
+        try:
+            while True:
+                await asyncio.wait_for(self.ws.recv(), wait_s)
+        except websockets.ConnectionClosed:
+            return self.ws.close_code
+
+
+def pcm_of(frames: list[AudioFrame]) -> bytes:
+    return b"".join(f.pcm for f in frames)
+
+
+ROOT = Path(__file__).resolve().parent.parent

@@ -1,0 +1,166 @@
+"""The speech server's protocol module and wire helpers, without any server: message parsing and
+type checks, the binary audio frame, error code mapping, WAV headers, the key file and the voice
+map."""
+
+from __future__ import annotations
+
+import io
+import json
+import wave
+
+import numpy as np
+import pytest
+
+from pipecat_veena.errors import (
+    GenerationError,
+    NoAudioError,
+    RemoteError,
+    ServerUnavailableError,
+    UnknownVoiceError,
+)
+from pipecat_veena.protocol import (
+    Append,
+    Cancel,
+    Done,
+    End,
+    ErrorCode,
+    Flush,
+    ProtocolError,
+    Speak,
+    code_for,
+    decode_audio_frame,
+    encode_audio_frame,
+    error_for,
+    parse_client_message,
+    parse_server_message,
+    to_json,
+)
+from pipecat_veena.server.audio_out import wav_header
+from pipecat_veena.server.settings import ServerSettings, parse_voice_map, read_api_keys
+
+
+def _parse(**message):
+    return parse_client_message(json.dumps(message))
+
+
+def test_every_client_message_parses():
+    speak = _parse(
+        type="speak", id="ctx-1.a:b_c", text="Hello.", voice="male",
+        options={"temperature": 0.7, "top_k": 20, "seed": None}, sample_rate=8000, final=False,
+    )  # fmt: skip
+    assert speak == Speak(
+        "ctx-1.a:b_c", "Hello.", "male", {"temperature": 0.7, "top_k": 20}, 8000, False
+    )
+    assert _parse(type="speak", id="u", text="Hi") == Speak("u", "Hi")
+    options = {"language": "hi", "normalize": False}
+    assert _parse(type="speak", id="u", text="₹5", options=options).options == options
+    assert _parse(type="append", id="u", text=" more") == Append("u", " more")
+    assert _parse(type="flush", id="u") == Flush("u")
+    assert _parse(type="end", id="u") == End("u")
+    assert _parse(type="cancel", id="u") == Cancel("u")
+
+
+@pytest.mark.parametrize(
+    "raw, code, words",
+    [
+        ("{not json", ErrorCode.BAD_JSON, "not valid JSON"),
+        ("[1, 2]", ErrorCode.BAD_MESSAGE, "JSON object"),
+        ('{"type": "shout", "id": "u"}', ErrorCode.UNKNOWN_TYPE, "valid: speak, append"),
+        ('{"id": "u", "text": "x"}', ErrorCode.UNKNOWN_TYPE, "None"),
+        ('{"type": "speak", "text": "x"}', ErrorCode.BAD_MESSAGE, "'id' must be"),
+        ('{"type": "speak", "id": "a b", "text": "x"}', ErrorCode.BAD_MESSAGE, "'id' must be"),
+        ('{"type": "speak", "id": "' + "x" * 65 + '", "text": "x"}', ErrorCode.BAD_MESSAGE, "1-64"),
+        ('{"type": "speak", "id": 7, "text": "x"}', ErrorCode.BAD_MESSAGE, "'id' must be"),
+        ('{"type": "speak", "id": "u"}', ErrorCode.BAD_MESSAGE, "'text' is missing"),
+        ('{"type": "speak", "id": "u", "text": 5}', ErrorCode.BAD_MESSAGE, "'text' must be str"),
+        ('{"type": "speak", "id": "u", "text": "x", "voice": 3}', ErrorCode.BAD_MESSAGE, "'voice'"),
+        ('{"type": "speak", "id": "u", "text": "x", "final": "no"}', ErrorCode.BAD_MESSAGE, "bool"),
+        ('{"type": "speak", "id": "u", "text": "x", "sample_rate": true}', ErrorCode.BAD_MESSAGE,
+         "'sample_rate' must be int"),
+        ('{"type": "speak", "id": "u", "text": "x", "sample_rate": 4000}', ErrorCode.BAD_MESSAGE,
+         "[8000, 48000]"),
+        ('{"type": "speak", "id": "u", "text": "x", "options": [1]}', ErrorCode.BAD_MESSAGE,
+         "'options' must be dict"),
+        ('{"type": "speak", "id": "u", "text": "x", "options": {"temp": 1}}', ErrorCode.BAD_OPTIONS,
+         "unknown option"),
+        ('{"type": "speak", "id": "u", "text": "x", "options": {"top_k": 2.5}}',
+         ErrorCode.BAD_OPTIONS, "'top_k' must be a int"),
+        ('{"type": "speak", "id": "u", "text": "x", "options": {"seed": true}}',
+         ErrorCode.BAD_OPTIONS, "'seed'"),
+        ('{"type": "speak", "id": "u", "text": "x", "speed": 2}', ErrorCode.BAD_MESSAGE,
+         "unknown field"),
+        ('{"type": "append", "id": "u"}', ErrorCode.BAD_MESSAGE, "'text' is missing"),
+        ('{"type": "cancel", "id": "u", "text": "x"}', ErrorCode.BAD_MESSAGE, "unknown field"),
+    ],
+)  # fmt: skip
+def test_bad_messages_name_the_problem(raw, code, words):
+    with pytest.raises(ProtocolError) as info:
+        parse_client_message(raw)
+    assert info.value.code == code and words in info.value.message
+
+
+def test_audio_frame_round_trip_and_garbage():
+    pcm = np.arange(-5, 5, dtype="<i2").tobytes()
+    frame = decode_audio_frame(encode_audio_frame("ctx-9", 1234, pcm))
+    assert (frame.id, frame.tokens, frame.pcm) == ("ctx-9", 1234, pcm)
+    for garbage in (b"", b"\x02\x01u\x00\x00\x00\x00", b"\x01\x05ab"):
+        with pytest.raises(ProtocolError):
+            decode_audio_frame(garbage)
+
+
+def test_server_messages_round_trip():
+    done = Done("u", "completed", 40, 1.5, 80.0, 1600.0, 16000, "ws-1")
+    assert parse_server_message(to_json(done)) == done
+    with pytest.raises(ProtocolError):
+        parse_server_message('{"type": "hello"}')
+
+
+@pytest.mark.parametrize(
+    "error, code, back",
+    [
+        (UnknownVoiceError("unknown voice 'x'"), ErrorCode.UNKNOWN_VOICE, UnknownVoiceError),
+        (NoAudioError("no audio"), ErrorCode.NO_AUDIO, NoAudioError),
+        (GenerationError("failed"), ErrorCode.GENERATION_FAILED, GenerationError),
+        (ValueError("temperature"), ErrorCode.BAD_OPTIONS, ValueError),
+        (RuntimeError("boom"), ErrorCode.INTERNAL, RemoteError),
+    ],
+)
+def test_error_codes_map_both_ways(error, code, back):
+    assert code_for(error) == code
+    assert isinstance(error_for(code, str(error)), back)
+
+
+def test_unavailable_codes_are_retryable_and_input_errors_are_not():
+    for code in (ErrorCode.SERVER_DRAINING, ErrorCode.TOO_MANY_STREAMS, ErrorCode.SERVER_STARTING):
+        error = error_for(code, "x")
+        assert isinstance(error, ServerUnavailableError) and error.retryable
+    for code in (ErrorCode.TEXT_TOO_LONG, ErrorCode.BAD_OPTIONS):
+        error = error_for(code, "x")
+        assert isinstance(error, ValueError) and not error.retryable
+
+
+def test_wav_header_for_known_and_streamed_lengths():
+    pcm = np.arange(100, dtype="<i2").tobytes()
+    with wave.open(io.BytesIO(wav_header(24000, 100) + pcm)) as f:
+        assert (f.getframerate(), f.getnchannels(), f.getsampwidth(), f.getnframes()) == (
+            24000, 1, 2, 100,
+        )  # fmt: skip
+    streamed = wav_header(24000)
+    assert len(streamed) == 44 and streamed[4:8] == b"\xff\xff\xff\xff"
+    assert streamed[40:44] == b"\xff\xff\xff\xff"
+
+
+def test_api_key_file_and_voice_map(tmp_path):
+    path = tmp_path / "keys"
+    path.write_text("# bots\nalpha-secret\nbob bob-secret  # second bot\n\n")
+    assert read_api_keys(path) == {"alpha-secret": "key1", "bob-secret": "bob"}
+    (tmp_path / "empty").write_text("# nothing\n")
+    with pytest.raises(ValueError, match="no API key"):
+        read_api_keys(tmp_path / "empty")
+    with pytest.raises(ValueError, match="cannot read"):
+        read_api_keys(tmp_path / "missing")
+    assert parse_voice_map("alloy=kavya, Echo=agastya") == {"alloy": "kavya", "echo": "agastya"}
+    with pytest.raises(ValueError, match="not an OpenAI voice"):
+        parse_voice_map("robot=kavya")
+    with pytest.raises(ValueError, match="max_streams"):
+        ServerSettings(max_streams=0)

@@ -1,0 +1,231 @@
+"""RemoteVeenaEngine against speech servers over fake engines (tests/server_fakes.py), on
+loopback: the SpeechEngine surface, cancellation, retry before first audio (on another URL),
+clean failure after first audio, reconnect after a restart, and the Pipecat service on top.
+test_server_real.py runs the same client against the real vLLM engine."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pipecat.frames.frames import ErrorFrame, InterruptionFrame, TTSAudioRawFrame, TTSSpeakFrame
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.tests.utils import SleepFrame, run_test
+from server_fakes import RATE, FakeSpeechEngine, serving
+
+from pipecat_veena.errors import (
+    EngineNotRunningError,
+    GenerationError,
+    RemoteError,
+    ServerUnavailableError,
+    UnknownVoiceError,
+)
+from pipecat_veena.interface import SpeechEngine
+from pipecat_veena.remote import RemoteVeenaEngine, stream_url
+from pipecat_veena.server import ServerHandle, ServerSettings, create_app
+from pipecat_veena.service import VeenaTTSService
+
+CHUNK_BYTES = 1600 * 2
+
+
+async def _until(predicate, wait_s: float = 10.0) -> None:
+    for _ in range(int(wait_s / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+async def _speak(engine, text: str = "Hello.", **kwargs) -> bytes:
+    return b"".join([chunk.pcm async for chunk in engine.stream(text, **kwargs)])
+
+
+def test_urls_are_normalised():
+    assert stream_url("http://h:8000") == "ws://h:8000/v1/audio/stream"
+    assert stream_url("https://h/") == "wss://h/v1/audio/stream"
+    assert stream_url("ws://h:1/custom") == "ws://h:1/custom"
+    assert stream_url("h:9") == "ws://h:9/v1/audio/stream"
+    with pytest.raises(ValueError, match="ws"):
+        stream_url("ftp://h")
+
+
+async def test_the_speech_engine_surface():
+    fake = FakeSpeechEngine(chunks=3)
+    async with serving(fake) as server:
+        engine = RemoteVeenaEngine(server.url)
+        assert not engine.is_running
+        with pytest.raises(EngineNotRunningError, match="start"):
+            engine.sample_rate  # noqa: B018
+        await engine.start()
+        await engine.start()  # idempotent
+        try:
+            assert isinstance(engine, SpeechEngine)  # (3.11 reads the properties: after start)
+            assert engine.is_running and engine.model_name == "fake-veena"
+            assert engine.sample_rate == RATE and engine.voices == ["female", "male"]
+            assert engine.check_voice(None) == "female" and engine.check_voice("Male") == "male"
+            assert engine.check_voice("female:high") == "female:high"
+            with pytest.raises(UnknownVoiceError, match="offers: female, male"):
+                engine.check_voice("robot")
+            with pytest.raises(ValueError, match="temperature"):
+                engine.check_options(temperature=5.0)
+            with pytest.raises(ValueError, match="unknown option"):
+                engine.check_options(warp=1)
+            chunks = [c async for c in engine.stream("Hi.", "male", seed=3, top_k=None)]
+            assert [c.tokens for c in chunks] == [10, 20, 30]
+            assert all(c.sample_rate == RATE for c in chunks)
+            assert b"".join(c.pcm for c in chunks) == b"".join(
+                [c.pcm async for c in fake.stream("Hi.")]
+            )
+            assert fake.calls[0] == ("Hi.", "male", {"seed": 3})
+            assert engine.stats()["requests"] == 1 and engine.stats()["active_streams"] == 0
+        finally:
+            await engine.shutdown()
+            await engine.shutdown()
+        assert not engine.is_running
+        with pytest.raises(EngineNotRunningError):
+            await _speak(engine)
+
+
+async def test_closing_or_aborting_a_stream_cancels_it_on_the_server():
+    fake = FakeSpeechEngine(endless=True, delay=0.01)
+    async with serving(fake) as server, RemoteVeenaEngine(server.url) as engine:
+        stream = engine.stream("Long.", request_id="ctx-1")
+        await anext(stream)
+        await stream.aclose()
+        await _until(lambda: not fake.open)
+        stream = engine.stream("Long.", request_id="ctx-2")
+        await anext(stream)
+        assert await engine.abort("ctx-2") == 1 and await engine.abort("ctx-2") == 0
+        async for _ in stream:  # frames already in flight, then the end: no error
+            pass
+        await _until(lambda: not fake.open)
+
+        async def consume():
+            async for _ in engine.stream("Long.", request_id="ctx-3"):
+                pass
+
+        task = asyncio.create_task(consume())
+        await _until(lambda: fake.open)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await _until(lambda: not fake.open and server.state.slots.active == 0)
+
+
+async def test_a_failure_before_first_audio_is_retried_once():
+    fake = FakeSpeechEngine(chunks=3, fail_at=0, failures=1)
+    async with serving(fake) as server, RemoteVeenaEngine(server.url) as engine:
+        assert len(await _speak(engine)) == 3 * CHUNK_BYTES
+        assert len(fake.calls) == 2 and engine.stats()["retries"] == 1
+        fake.failures = 10 + len(fake.calls)  # every try fails: the second error is raised
+        with pytest.raises(GenerationError, match="injected"):
+            await _speak(engine)
+
+
+async def test_a_failure_after_first_audio_is_not_retried():
+    fake = FakeSpeechEngine(chunks=4, fail_at=2, failures=1)
+    async with serving(fake) as server, RemoteVeenaEngine(server.url) as engine:
+        got = []
+        with pytest.raises(GenerationError, match="injected"):
+            async for chunk in engine.stream("Hello."):
+                got.append(chunk)
+        assert len(got) == 2 and len(fake.calls) == 1
+
+
+async def test_input_errors_are_not_retried():
+    fake = FakeSpeechEngine()
+    async with serving(fake, ServerSettings(max_text_chars=10)) as server:
+        async with RemoteVeenaEngine(server.url) as engine:
+            with pytest.raises(ValueError, match="cap of 10"):
+                await _speak(engine, "This text is too long.")
+            with pytest.raises(UnknownVoiceError):
+                await _speak(engine, voice="robot")
+            assert engine.stats()["retries"] == 0 and not fake.calls
+
+
+async def test_retry_goes_to_the_next_server():
+    first = FakeSpeechEngine(chunks=2, fail_at=0, failures=1)
+    second = FakeSpeechEngine(chunks=2)
+    async with serving(first) as a, serving(second) as b:
+        async with RemoteVeenaEngine([a.url, b.url]) as engine:
+            assert len(await _speak(engine)) == 2 * CHUNK_BYTES
+            assert len(first.calls) == 1 and len(second.calls) == 1
+            assert len(await _speak(engine)) == 2 * CHUNK_BYTES
+            assert len(first.calls) == 2  # the first server is still the preferred one
+
+
+async def test_unreachable_server_and_bad_key_fail_clearly():
+    engine = RemoteVeenaEngine("ws://127.0.0.1:9", connect_timeout_s=0.3)
+    with pytest.raises(ServerUnavailableError, match="pipecat-veena serve"):
+        await engine.start()
+    async with serving(FakeSpeechEngine(), ServerSettings(api_keys={"k": "bot"})) as server:
+        engine = RemoteVeenaEngine(server.url, api_key="wrong")
+        with pytest.raises(RemoteError, match="refused the API key") as info:
+            await engine.start()
+        assert not info.value.retryable
+        async with RemoteVeenaEngine(server.url, api_key="k") as engine:
+            assert len(await _speak(engine)) > 0
+
+
+async def test_reconnects_after_a_server_restart():
+    fake = FakeSpeechEngine(chunks=2)
+    handle = await ServerHandle(create_app(fake, owns_engine=False)).start()
+    port = handle.port
+    engine = RemoteVeenaEngine(handle.url, connect_timeout_s=20)
+    try:
+        await engine.start()
+        await handle.stop()  # closes the connection (1012)
+        await _until(lambda: not engine.stats()["connected"])
+        with pytest.raises(ServerUnavailableError):  # nobody there for a while
+            await RemoteVeenaEngine(handle.url, connect_timeout_s=0.2).start()
+        handle = await ServerHandle(create_app(fake, owns_engine=False), port=port).start()
+        assert len(await _speak(engine)) == 2 * CHUNK_BYTES
+        assert engine.stats()["connects"] == 2
+    finally:
+        await engine.shutdown()
+        await handle.stop()
+
+
+async def test_a_server_lost_mid_utterance_fails_it_cleanly():
+    fake = FakeSpeechEngine(endless=True, delay=0.01)
+    handle = await ServerHandle(create_app(fake, owns_engine=False)).start()
+    engine = RemoteVeenaEngine(handle.url)
+    try:
+        await engine.start()
+        stream = engine.stream("Long.")
+        await anext(stream)
+        await handle.stop()
+        with pytest.raises(RemoteError, match="after the first audio was sent"):
+            async for _ in stream:
+                pass
+    finally:
+        await engine.shutdown()
+        await handle.stop()
+    assert not fake.open
+
+
+async def test_pipecat_service_over_a_remote_engine():
+    fake = FakeSpeechEngine(chunks=4, delay=0.005)
+    async with serving(fake) as server, RemoteVeenaEngine(server.url) as engine:
+        down, up = await run_test(
+            VeenaTTSService(engine, voice="male"),
+            frames_to_send=[TTSSpeakFrame("Hello there.")],
+            pipeline_params=PipelineParams(audio_out_sample_rate=RATE),
+        )
+        audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+        assert sum(len(f.audio) for f in audio) == 4 * CHUNK_BYTES
+        assert not [f for f in up if isinstance(f, ErrorFrame)] and fake.calls[-1][1] == "male"
+        fake.endless = True
+        down, up = await run_test(
+            VeenaTTSService(engine),
+            frames_to_send=[TTSSpeakFrame("Long."), SleepFrame(0.2), InterruptionFrame()],
+            pipeline_params=PipelineParams(audio_out_sample_rate=RATE),
+        )
+        await _until(lambda: not fake.open and server.state.slots.active == 0)
+        fake.endless, fake.fail_at, fake.failures = False, 2, len(fake.calls) + 1
+        down, up = await run_test(
+            VeenaTTSService(engine),
+            frames_to_send=[TTSSpeakFrame("Fails half way.")],
+            pipeline_params=PipelineParams(audio_out_sample_rate=RATE),
+        )
+        errors = [f for f in up if isinstance(f, ErrorFrame)]
+        assert len(errors) == 1 and "injected" in errors[0].error and not errors[0].fatal

@@ -1,0 +1,413 @@
+"""The speech server over the real engine (vLLM CPU on the demo checkpoint, torch BiCodec) and
+real sockets: the WebSocket protocol, the three third-party clients users already have (the
+``openai`` client, Pipecat's OpenAITTSService, LiveKit's openai plugin), RemoteVeenaEngine under
+VeenaTTSService and LiveKit's VeenaTTS, retries, reconnects, and ``pipecat-veena serve`` as a
+process with a drain on SIGTERM.
+
+The servers run with uvicorn on loopback in the test session's event loop, over a VeenaEngine
+that shares the session's vLLM engine through ``RecordingGenerator`` (no second vLLM engine), so
+every audio length is checked against the tokens the server's requests generated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+from contextlib import aclosing
+
+import httpx
+import numpy as np
+import openai
+import psutil
+import pytest
+import pytest_asyncio
+from pipecat.frames.frames import (
+    ErrorFrame,
+    InterruptionFrame,
+    TTSAudioRawFrame,
+    TTSSpeakFrame,
+)
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.services.openai.tts import OpenAITTSService
+from pipecat.tests.utils import SleepFrame, run_test
+from recording import RecordingGenerator
+from server_fakes import ROOT, RawClient, pcm_of
+
+from pipecat_veena.engine import EngineConfig, VeenaEngine
+from pipecat_veena.errors import GenerationError
+from pipecat_veena.protocol import AudioFrame, ErrorCode
+from pipecat_veena.remote import RemoteVeenaEngine
+from pipecat_veena.server import ServerHandle, create_app
+from pipecat_veena.service import VeenaTTSService
+
+pytestmark = pytest.mark.vllm
+LONG = "This answer keeps going on and on, so that generation takes a good while. " * 3
+
+
+@pytest_asyncio.fixture(scope="module")
+async def real(spark_tiny_checkpoint, spark_generator):
+    """(engine, recorder, server): one real engine behind one server on a free port."""
+    recorder = RecordingGenerator(spark_generator)
+    config = EngineConfig(checkpoint=spark_tiny_checkpoint, warmup=False, max_model_len=2048)
+    engine = VeenaEngine(config, generator=recorder)
+    await engine.start()
+    handle = await ServerHandle(create_app(engine, owns_engine=False)).start()
+    try:
+        await handle.state.wait_started()
+        yield engine, recorder, handle
+    finally:
+        await handle.stop()
+        await engine.shutdown()
+
+
+def _samples_of(engine: VeenaEngine, recorder: RecordingGenerator, rids) -> int:
+    """Samples the codec makes from the semantic tokens of the given engine requests."""
+    ids = engine._format.ids
+    semantics = sum(
+        1
+        for rid in rids
+        for t in recorder.outputs[rid]
+        if 0 <= t - ids.semantic_base < ids.num_semantic_codes
+    )
+    return semantics * engine._codec.samples_per_frame
+
+
+def _requests_of(recorder: RecordingGenerator, prefix: str) -> list[str]:
+    return [rid for rid in recorder.outputs if rid.startswith(f"{prefix}-")]
+
+
+async def _settled(engine: VeenaEngine, server: ServerHandle) -> None:
+    """Wait (bounded) until nothing is in flight on the server or in vLLM."""
+    for _ in range(1000):
+        stats = engine.stats()
+        if not stats["unfinished_requests"] and not server.state.slots.active:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"still in flight: {engine.stats()}, {server.state.slots.active}")
+
+
+# -- the WebSocket -------------------------------------------------------------------------
+async def test_ws_audio_is_the_length_its_tokens_say(real):
+    engine, recorder, server = real
+    async with RawClient.connect(server.ws_url) as client:
+        assert client.ready.sample_rate == engine.sample_rate
+        assert client.ready.voices == engine.voices
+        await client.send({"type": "speak", "id": "a", "text": "नमस्ते! Your order has shipped.",
+                           "options": {"seed": 5}})  # fmt: skip
+        frames, done = await client.until_end("a")
+        rids = _requests_of(recorder, done.request_id)
+        assert len(pcm_of(frames)) // 2 == _samples_of(engine, recorder, rids) > 0
+        assert done.tokens == sum(len(recorder.outputs[r]) for r in rids)
+        assert done.reason == "completed" and done.ttfa_ms > 0
+        await client.send({"type": "speak", "id": "b", "text": "Hello at 24 kHz.",
+                           "sample_rate": 24000, "options": {"seed": 6}})  # fmt: skip
+        frames, done = await client.until_end("b")
+        native = _samples_of(engine, recorder, _requests_of(recorder, done.request_id))
+        assert abs(len(pcm_of(frames)) // 2 - native * 3 // 2) <= 2
+        # incremental text, as an LLM writes it: each complete sentence is its own request
+        await client.send(
+            {"type": "speak", "id": "c", "text": "The first sentence", "final": False}
+        )
+        await client.send({"type": "append", "id": "c", "text": " is here. And the second"})
+        await client.send({"type": "append", "id": "c", "text": " one follows"})
+        await client.send({"type": "end", "id": "c"})
+        frames, done = await client.until_end("c")
+        rids = _requests_of(recorder, done.request_id)
+        assert len(rids) >= 2 and len(pcm_of(frames)) // 2 == _samples_of(engine, recorder, rids)
+    await _settled(engine, server)
+
+
+async def test_cancel_and_disconnect_leave_no_unfinished_request(real):
+    engine, _, server = real
+    async with RawClient.connect(server.ws_url) as client:
+        await client.send({"type": "speak", "id": "long", "text": LONG})
+        assert isinstance(await client.recv(), AudioFrame)
+        await client.send({"type": "cancel", "id": "long"})
+        _, done = await client.until_end("long")
+        assert done.reason == "cancelled"
+        await _settled(engine, server)
+        for uid in ("x", "y"):
+            await client.send({"type": "speak", "id": uid, "text": LONG})
+        assert isinstance(await client.recv(), AudioFrame)
+    await _settled(engine, server)  # the connection closed with two utterances in flight
+
+
+# -- clients users already have ---------------------------------------------------------------
+async def test_openai_python_client_streams_pcm_and_sse(real):
+    engine, recorder, server = real
+    client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    async with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="alloy", input="Hello from the OpenAI client.", response_format="pcm"
+    ) as response:
+        assert response.headers["content-type"] == "audio/pcm"
+        pcm = b"".join([chunk async for chunk in response.iter_bytes()])
+        rid = response.headers["x-request-id"]
+    native = _samples_of(engine, recorder, _requests_of(recorder, rid))
+    assert native > 0 and abs(len(pcm) // 2 - native * 3 // 2) <= 2  # 24 kHz, OpenAI's rate
+    async with client.audio.speech.with_streaming_response.create(
+        model="gpt-4o-mini-tts", voice="coral", input="And now as events.",
+        response_format="pcm", stream_format="sse",
+    ) as response:  # fmt: skip
+        lines = [line async for line in response.iter_lines()]
+        rid = response.headers["x-request-id"]
+    events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done" and events[-1]["usage"]["output_tokens"] > 0
+    audio = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    native = _samples_of(engine, recorder, _requests_of(recorder, rid))
+    assert abs(len(audio) // 2 - native * 3 // 2) <= 2
+    with pytest.raises(openai.BadRequestError, match="response_format 'mp3' is not supported"):
+        await client.audio.speech.create(
+            model="tts-1", voice="alloy", input="Hi", response_format="mp3"
+        )
+    await client.close()
+    await _settled(engine, server)
+
+
+async def test_pipecat_openai_tts_service_in_a_real_pipeline(real):
+    engine, recorder, server = real
+    before = set(recorder.outputs)
+    tts = OpenAITTSService(
+        api_key="unused",
+        base_url=f"{server.url}/v1",
+        settings=OpenAITTSService.Settings(voice="alloy", model="tts-1"),
+    )
+    down, up = await run_test(
+        tts,
+        frames_to_send=[TTSSpeakFrame("Pipecat's own OpenAI service, pointed at Veena.")],
+        pipeline_params=PipelineParams(audio_out_sample_rate=24000),
+    )
+    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    assert audio and {f.sample_rate for f in audio} == {24000}
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    native = _samples_of(engine, recorder, set(recorder.outputs) - before)
+    assert abs(sum(len(f.audio) for f in audio) // 2 - native * 3 // 2) <= 2
+    await _settled(engine, server)
+
+
+@pytest.mark.parametrize("model", ["tts-1", "gpt-4o-mini-tts"])  # raw audio, then SSE
+async def test_livekit_openai_plugin(real, model):
+    from livekit.plugins import openai as lk_openai
+
+    engine, recorder, server = real
+    before = set(recorder.outputs)
+    tts = lk_openai.TTS(
+        base_url=f"{server.url}/v1", api_key="unused", model=model, voice="alloy",
+        response_format="pcm",
+    )  # fmt: skip
+    try:
+        frame = await tts.synthesize("LiveKit's OpenAI plugin, pointed at Veena.").collect()
+    finally:
+        await tts.aclose()
+    native = _samples_of(engine, recorder, set(recorder.outputs) - before)
+    assert frame.sample_rate == 24000 and native > 0
+    # the plugin's emitter ends a synthesize() with one 10 ms frame of silence of its own
+    extra = frame.samples_per_channel - native * 3 // 2
+    assert -2 <= extra <= 240 + 2
+    samples = np.frombuffer(bytes(frame.data), dtype="<i2")
+    assert not samples[native * 3 // 2 + 2 :].any()
+    await _settled(engine, server)
+
+
+# -- RemoteVeenaEngine ------------------------------------------------------------------------
+async def test_remote_engine_under_the_pipecat_service(real):
+    engine, recorder, server = real
+    async with RemoteVeenaEngine(server.url) as remote:
+        before = set(recorder.outputs)
+        down, up = await run_test(
+            VeenaTTSService(remote, seed=9),
+            frames_to_send=[TTSSpeakFrame("Through the server and back.")],
+            pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+        )
+        audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+        assert sum(len(f.audio) for f in audio) // 2 == _samples_of(
+            engine, recorder, set(recorder.outputs) - before
+        ) > 0  # fmt: skip
+        assert not [f for f in up if isinstance(f, ErrorFrame)]
+        down, up = await run_test(
+            VeenaTTSService(remote),
+            frames_to_send=[
+                TTSSpeakFrame(LONG),
+                SleepFrame(0.6),
+                InterruptionFrame(),
+                SleepFrame(0.2),
+                TTSSpeakFrame("After the interruption."),
+            ],
+            pipeline_params=PipelineParams(audio_out_sample_rate=8000),
+        )
+        last = max(i for i, f in enumerate(down) if isinstance(f, InterruptionFrame))
+        assert [f for f in down[last:] if isinstance(f, TTSAudioRawFrame)]
+        assert not [f for f in up if isinstance(f, ErrorFrame)]
+        await _settled(engine, server)  # the interruption reached the server as a cancel
+
+
+async def test_remote_engine_under_livekit_veena_tts(real):
+    from pipecat_veena.livekit import VeenaTTS
+
+    engine, recorder, server = real
+    async with RemoteVeenaEngine(server.url) as remote:
+        tts = VeenaTTS(remote, seed=4)
+        before = set(recorder.outputs)
+        frame = await tts.synthesize("LiveKit over the remote engine.").collect()
+        native = _samples_of(engine, recorder, set(recorder.outputs) - before)
+        assert frame.sample_rate == engine.sample_rate and frame.samples_per_channel == native > 0
+        assert tts.model == engine.model_name
+    await _settled(engine, server)
+
+
+class _Faulty:
+    """The real engine, with injected faults: the first ``before`` streams fail before any
+    audio, the next ``after`` fail after their first chunk. Everything else is delegated."""
+
+    def __init__(self, inner: VeenaEngine, *, before: int = 0, after: int = 0) -> None:
+        self.inner, self.before, self.after = inner, before, after
+        self.streams = 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def stream(self, text, voice=None, **kwargs):
+        self.streams += 1
+        if self.before > 0:
+            self.before -= 1
+            raise GenerationError("injected: failed before the first audio")
+        fail = self.after > 0
+        self.after -= fail
+        async with aclosing(self.inner.stream(text, voice, **kwargs)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+                if fail:
+                    raise GenerationError("injected: failed after the first audio")
+
+
+async def test_retry_before_first_audio_on_another_server_and_clean_error_after(real):
+    engine, recorder, server = real
+    faulty = _Faulty(engine, before=1)
+    broken = await ServerHandle(create_app(faulty, owns_engine=False)).start()
+    try:
+        async with RemoteVeenaEngine([broken.url, server.url]) as remote:
+            before = set(recorder.outputs)
+            pcm = b"".join([c.pcm async for c in remote.stream("Retried elsewhere.", seed=3)])
+            assert faulty.streams == 1 and remote.stats()["retries"] == 1
+            assert len(pcm) // 2 == _samples_of(engine, recorder, set(recorder.outputs) - before)
+        async with RemoteVeenaEngine(broken.url) as remote:
+            faulty.before = 1  # same server, retried once
+            assert len(b"".join([c.pcm async for c in remote.stream("Retried here.")])) > 0
+            faulty.after = 1
+            down, up = await run_test(
+                VeenaTTSService(remote),
+                frames_to_send=[TTSSpeakFrame("This one breaks after its first audio.")],
+                pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+            )
+            errors = [f for f in up if isinstance(f, ErrorFrame)]
+            assert len(errors) == 1 and "failed after the first audio" in errors[0].error
+            assert [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    finally:
+        await broken.stop()
+    await _settled(engine, server)
+
+
+async def test_remote_engine_reconnects_after_a_server_restart(real):
+    engine, recorder, server = real
+    second = await ServerHandle(create_app(engine, owns_engine=False)).start()
+    port = second.port
+    remote = RemoteVeenaEngine(second.url, connect_timeout_s=30)
+    try:
+        await remote.start()
+        assert len(b"".join([c.pcm async for c in remote.stream("Before.")])) > 0
+        await second.stop(drain=True)
+        second = await ServerHandle(create_app(engine, owns_engine=False), port=port).start()
+        assert len(b"".join([c.pcm async for c in remote.stream("After the restart.")])) > 0
+        assert remote.stats()["connects"] == 2
+    finally:
+        await remote.shutdown()
+        await second.stop()
+    await _settled(engine, server)
+
+
+async def test_metrics_after_real_traffic(real):
+    engine, _, server = real
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        r = await http.post(
+            "/v1/audio/speech", json={"input": "Metrics.", "response_format": "wav"}
+        )
+        assert r.status_code == 200 and r.content[:4] == b"RIFF"
+        text = (await http.get("/metrics")).text
+    assert "veena_engine_unfinished_requests 0.0" in text
+    count = next(line for line in text.splitlines() if line.startswith(
+        'veena_time_to_first_audio_seconds_count{api="http"}'))  # fmt: skip
+    assert float(count.split()[-1]) >= 1
+    assert 'veena_requests_total{api="ws",outcome="cancelled"}' in text
+
+
+# -- the command ----------------------------------------------------------------------------
+async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
+    spark_tiny_checkpoint, tmp_path
+):
+    """One server process with its own engine: SIGTERM mid-utterance drains it (ready 503, new
+    streams refused, the in-flight one completes), then it exits 0 and its engine is gone."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    log = tmp_path / "serve.log"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pipecat_veena.cli", "serve", "--model", str(spark_tiny_checkpoint),
+        "--port", str(port), "--drain-timeout", "120",
+        stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+        start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    children: list[psutil.Process] = []
+    try:
+        async with httpx.AsyncClient(base_url=url) as http:
+            for _ in range(600):
+                assert proc.returncode is None, log.read_text()[-3000:]
+                try:
+                    if (await http.get("/ready")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.5)
+            else:
+                raise AssertionError("the server never became ready")
+            children = psutil.Process(proc.pid).children(recursive=True)
+            assert children, "the vLLM engine process should be a child of the server"
+            async with RawClient.connect(f"ws://127.0.0.1:{port}/v1/audio/stream") as client:
+                await client.send({"type": "speak", "id": "inflight", "text": LONG * 3})
+                assert isinstance(await client.recv(), AudioFrame)
+                proc.send_signal(signal.SIGTERM)
+                for _ in range(200):  # the drain begins
+                    r = await http.get("/ready")
+                    if r.status_code == 503:
+                        break
+                    await asyncio.sleep(0.02)
+                assert r.json()["status"] == "server_draining"
+                await client.send({"type": "speak", "id": "late", "text": "Too late."})
+                ends = {}
+                while len(ends) < 2:
+                    message = await client.recv(wait_s=120)
+                    if not isinstance(message, AudioFrame):
+                        ends[message.id] = message
+                assert ends["late"].code == ErrorCode.SERVER_DRAINING
+                assert ends["inflight"].type == "done" and ends["inflight"].reason == "completed"
+                assert await client.closed(wait_s=60) in (1000, 1001, 1006, 1012)
+        await asyncio.wait_for(proc.wait(), 120)
+        out = log.read_text()
+        assert proc.returncode == 0, out[-3000:]
+        assert "ready: " in out and "stopped" in out
+        _, alive = psutil.wait_procs(children, timeout=15)
+        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        for child in children:
+            if child.is_running():
+                child.kill()
