@@ -25,7 +25,11 @@ from pipecat_veena.server.ws import stream_endpoint
 
 
 def create_app(
-    engine: SpeechEngine, settings: ServerSettings | None = None, *, owns_engine: bool = True
+    engine: SpeechEngine,
+    settings: ServerSettings | None = None,
+    *,
+    owns_engine: bool = True,
+    wait_ready: bool = False,
 ) -> FastAPI:
     """Build the speech server app over ``engine``.
 
@@ -33,6 +37,9 @@ def create_app(
         engine: the engine to serve; started in the lifespan if it is not running.
         settings: limits, timeouts and API keys (defaults: ``ServerSettings()``).
         owns_engine: shut the engine down when the app stops (False when it is shared).
+        wait_ready: finish the lifespan's startup only once the engine is warm (raising what
+            made its start fail), for hosts that route to an app once its startup is over
+            (Ray Serve); False: start it in the background and answer ``/health`` meanwhile.
 
     Returns:
         The app; its shared state is ``app.state.veena`` (a ``SpeechServer``).
@@ -43,6 +50,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         server.launch()
         try:
+            if wait_ready:
+                await server.wait_started()
             yield
         finally:
             await server.close()
@@ -55,8 +64,8 @@ def create_app(
     @app.get("/health")
     async def health() -> Response:
         """Liveness: 200 unless the engine failed to start or died after starting."""
-        if server.failed is not None or (server.ready and not engine.is_running):
-            detail = server.failed or "the engine stopped"
+        detail = server.liveness()
+        if detail is not None:
             return JSONResponse({"status": "failed", "detail": detail}, status_code=503)
         return JSONResponse({"status": "ok"})
 

@@ -147,6 +147,15 @@ class SpeechServer:
         except TimeoutError:
             logger.error(f"speech server: {self.slots.active} streams did not end when cancelled")
 
+    # -- health ----------------------------------------------------------------------------
+    def liveness(self) -> str | None:
+        """Why this server is dead (None: alive): its engine failed to start, or stopped."""
+        if self.failed is not None:
+            return self.failed
+        if self.ready and not self.engine.is_running:
+            return "the engine stopped"
+        return None
+
     # -- per request -----------------------------------------------------------------------
     def availability(self) -> ProtocolError | None:
         """Why no new stream can start now (None: it can)."""
