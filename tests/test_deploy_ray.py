@@ -1,0 +1,189 @@
+"""The Ray Serve application on a local Ray cluster: 2 CPU replicas on the spark-tiny demo.
+
+One cluster for the session (``ray_local``): the same API as ``pipecat-veena serve`` through
+Serve's proxy (WebSocket, OpenAI route, /health, /ready, /metrics), calls spread over both
+replicas and staying on theirs, and failover (a replica's actor process killed under load: no
+hang, clear errors after first audio, the utterance that had none retried on the live replica,
+and Serve bringing the dead one back). Nothing Ray started may outlive the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections import Counter
+
+import httpx
+import openai
+import pytest
+from ray_local import deploy, local_cluster, replica_pids, running_replicas, wait_running
+from server_fakes import RawClient, pcm_of
+
+from pipecat_veena.errors import RemoteError
+from pipecat_veena.protocol import STREAM_PATH, ErrorCode
+from pipecat_veena.remote import RemoteVeenaEngine
+
+pytest.importorskip("ray.serve")
+
+pytestmark = [pytest.mark.ray, pytest.mark.vllm, pytest.mark.slow]
+
+HEADER = "x-veena-replica"
+SENTENCE = "Your order has shipped and will reach you by Monday evening. "
+
+
+@pytest.fixture(scope="session")
+def serve_url(spark_tiny_checkpoint) -> str:
+    """The application with 2 CPU replicas on a local Ray cluster; its proxy's base URL."""
+    args = {
+        "model": str(spark_tiny_checkpoint),
+        "device": "cpu",
+        "engine": {"max_model_len": 2048, "max_num_seqs": 16},
+    }
+    with local_cluster(num_cpus=2) as port:
+        deploy(args, replicas=2)
+        yield f"http://127.0.0.1:{port}"
+
+
+def _ws(url: str) -> str:
+    return url.replace("http://", "ws://") + STREAM_PATH
+
+
+def _server_tag(request_id: str) -> str:
+    """The server's tag in a request id (``ws-<tag>-<n>``): one per replica."""
+    return request_id.split("-")[1]
+
+
+def _replica_of(engine: RemoteVeenaEngine) -> str:
+    """The replica a RemoteVeenaEngine's connection reached (the proxy's handshake header)."""
+    return engine._links[0]._ws.response.headers[HEADER]  # (a test may look inside)
+
+
+async def test_the_same_api_through_serve(serve_url):
+    async with httpx.AsyncClient(base_url=serve_url, timeout=30) as http:
+        health = await http.get("/health")
+        assert health.status_code == 200 and health.json() == {"status": "ok"}
+        ready = await http.get("/ready")
+        assert ready.status_code == 200 and ready.json()["status"] == "ready"
+        assert ready.headers[HEADER]
+        metrics = await http.get("/metrics")
+        assert metrics.status_code == 200
+        assert "veena_active_streams" in metrics.text and "veena_ready 1.0" in metrics.text
+        voices = (await http.get("/v1/audio/voices")).json()
+        assert voices["voices"] and "alloy" in str(voices)
+        assert (await http.get("/v1/models")).status_code == 200
+        bad = await http.post(
+            "/v1/audio/speech",
+            json={"model": "tts-1", "input": "Hi.", "voice": "alloy", "response_format": "mp3"},
+        )
+        assert bad.status_code == 400 and "pcm" in bad.text  # the server's own error
+
+    client = openai.AsyncOpenAI(base_url=f"{serve_url}/v1", api_key="unused")
+    async with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="alloy", input=SENTENCE, response_format="pcm"
+    ) as response:
+        pcm = await response.read()
+    assert len(pcm) > 24000 and len(pcm) % 2 == 0  # > 0.5 s at 24 kHz
+
+    async with RawClient.connect(_ws(serve_url)) as ws:
+        assert ws.ws.response.headers[HEADER]
+        assert ws.ready.sample_rate == 16000 and ws.ready.voices
+        await ws.send({"type": "speak", "id": "u1", "text": SENTENCE, "options": {"seed": 3}})
+        frames, done = await ws.until_end("u1")
+        assert done.type == "done" and done.reason == "completed"
+        assert len(pcm_of(frames)) // 2 == round(done.audio_seconds * 16000)
+        await ws.send({"type": "speak", "id": "u2", "text": "Hi.", "voice": "robot"})
+        _, error = await ws.until_end("u2")
+        assert error.code == ErrorCode.UNKNOWN_VOICE and error.ended
+
+    async with RemoteVeenaEngine(serve_url) as engine:
+        chunks = [c async for c in engine.stream(SENTENCE, seed=3)]
+    assert sum(len(c.pcm) for c in chunks) == len(pcm_of(frames))  # same seed, same audio
+
+
+async def test_calls_spread_over_replicas_and_stay_on_theirs(serve_url):
+    async with asyncio.timeout(120):
+        calls = []
+        try:
+            for _ in range(6):  # held open together, like six calls in progress
+                cm = RawClient.connect(_ws(serve_url))
+                calls.append((cm, await cm.__aenter__()))
+            landed = Counter(ws.ws.response.headers[HEADER] for _, ws in calls)
+            assert len(landed) == 2 and min(landed.values()) >= 2, landed
+
+            async def two_utterances(ws) -> set[str]:
+                tags = set()
+                for n in range(2):
+                    await ws.send({"type": "speak", "id": f"u{n}", "text": SENTENCE})
+                    _, done = await ws.until_end(f"u{n}")
+                    assert done.type == "done", done
+                    tags.add(_server_tag(done.request_id))
+                return tags
+
+            per_call = await asyncio.gather(*(two_utterances(ws) for _, ws in calls))
+        finally:
+            for cm, _ in calls:
+                await cm.__aexit__(None, None, None)
+    assert all(len(tags) == 1 for tags in per_call)  # a call's utterances stay on its replica
+    assert len(set().union(*per_call)) == 2
+
+
+async def test_a_killed_replica_fails_clearly_retries_and_comes_back(serve_url):
+    engines = [RemoteVeenaEngine(serve_url, connect_timeout_s=30) for _ in range(4)]
+    for engine in engines:
+        await engine.start()
+    try:
+        landed = [_replica_of(e) for e in engines]
+        pids = replica_pids()
+        assert set(landed) == set(pids) and len(pids) == 2, (landed, pids)
+        victim = landed[0]
+        outcomes: list[tuple[str, bool, BaseException | None]] = []
+        stop = asyncio.Event()
+
+        async def utter(engine: RemoteVeenaEngine, text: str):
+            audio = False
+            try:
+                async with asyncio.timeout(60):  # a hang shows as "hung", never blocks the test
+                    async for _ in engine.stream(text):
+                        audio = True
+                return "ok", audio, None
+            except TimeoutError:
+                return "hung", audio, None
+            except Exception as e:
+                return "error", audio, e
+
+        async def call(i: int, engine: RemoteVeenaEngine) -> None:
+            n = 0
+            while not stop.is_set():
+                outcomes.append(await utter(engine, f"Caller {i}, sentence {n}. " + SENTENCE * 2))
+                n += 1
+
+        load = [asyncio.create_task(call(i, e)) for i, e in enumerate(engines)]
+        await asyncio.sleep(2.0)
+        # Freeze the victim, start an utterance on a call it holds (no audio can come), kill it.
+        os.kill(pids[victim], signal.SIGSTOP)
+        early = asyncio.create_task(utter(engines[0], "This starts while its replica is frozen."))
+        await asyncio.sleep(1.0)
+        os.kill(pids[victim], signal.SIGKILL)
+        assert await early == ("ok", True, None)  # retried, on the live replica
+        assert engines[0].stats()["retries"] >= 1
+        await asyncio.sleep(3.0)  # the load goes on, on the live replica
+        stop.set()
+        await asyncio.gather(*load)
+    finally:
+        for engine in engines:
+            await engine.shutdown()
+
+    kinds = Counter(kind for kind, _, _ in outcomes)
+    assert kinds["hung"] == 0 and kinds["ok"] > 0, kinds
+    for kind, audio, error in outcomes:
+        if kind == "error":  # only what was cut after its first audio; said plainly
+            assert audio and isinstance(error, RemoteError), error
+            assert "after the first audio" in str(error), error
+
+    # Serve brings the dead replica back (a new actor), and new calls reach it.
+    await asyncio.to_thread(wait_running, 2)
+    revived = replica_pids()
+    assert len(revived) == 2 and victim not in revived, revived
+    await test_calls_spread_over_replicas_and_stay_on_theirs(serve_url)
+    assert running_replicas() == 2
