@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -84,18 +86,32 @@ def deploy(args: dict[str, Any], *, replicas: int, **options: Any) -> None:
     serve.run(app, name=APP, route_prefix="/")
 
 
+def deploy_config(path: Path) -> None:
+    """``serve run --non-blocking`` a config file on the running cluster (its own process)."""
+    import ray
+
+    serve_cli = Path(sys.executable).with_name("serve")
+    command = [str(serve_cli), "run", "--non-blocking", "--address"]
+    command += [ray.get_runtime_context().gcs_address, str(path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    if result.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed: {result.stderr[-2000:]}")
+
+
 def running_replicas() -> int:
-    """How many replicas of the deployment Serve reports RUNNING."""
+    """How many replicas of the deployment Serve reports RUNNING (raises if deploying failed)."""
     from ray import serve
 
     status = serve.status().applications.get(APP)
     if status is None:
         return 0
-    states = status.deployments[DEPLOYMENT].replica_states
-    return int(states.get("RUNNING", 0))
+    if status.status == "DEPLOY_FAILED":  # (UNHEALTHY: while a dead replica is replaced)
+        raise RuntimeError(f"the application is {status.status}: {status.message}")
+    deployment = status.deployments.get(DEPLOYMENT)
+    return int(deployment.replica_states.get("RUNNING", 0)) if deployment else 0
 
 
-def wait_running(replicas: int, timeout_s: float = 180.0) -> float:
+def wait_running(replicas: int, timeout_s: float = 240.0) -> float:
     """Wait until ``replicas`` replicas run; returns the seconds it took."""
     start = time.monotonic()
     while running_replicas() < replicas:

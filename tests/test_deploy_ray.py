@@ -1,10 +1,11 @@
 """The Ray Serve application on a local Ray cluster: 2 CPU replicas on the spark-tiny demo.
 
-One cluster for the session (``ray_local``): the same API as ``pipecat-veena serve`` through
-Serve's proxy (WebSocket, OpenAI route, /health, /ready, /metrics), calls spread over both
-replicas and staying on theirs, and failover (a replica's actor process killed under load: no
-hang, clear errors after first audio, the utterance that had none retried on the live replica,
-and Serve bringing the dead one back). Nothing Ray started may outlive the session.
+One cluster for the session (``ray_local``), given examples/ray_serve_cpu.yaml by ``serve run``
+as the README says. Checked: the same API as ``pipecat-veena serve`` through Serve's proxy
+(WebSocket, OpenAI route, /health, /ready, /metrics), calls spread over both replicas and
+staying on theirs, and failover (a replica's actor process killed under load: no hang, clear
+errors after first audio, the utterance that had none retried on the live replica, and Serve
+bringing the dead one back). Nothing Ray started may outlive the session.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from collections import Counter
 import httpx
 import openai
 import pytest
-from ray_local import deploy, local_cluster, replica_pids, running_replicas, wait_running
+from ray_local import (
+    ROOT,
+    deploy_config,
+    local_cluster,
+    replica_pids,
+    running_replicas,
+    wait_running,
+)
 from server_fakes import RawClient, pcm_of
 
 from pipecat_veena.errors import RemoteError
@@ -34,14 +42,11 @@ SENTENCE = "Your order has shipped and will reach you by Monday evening. "
 
 @pytest.fixture(scope="session")
 def serve_url(spark_tiny_checkpoint) -> str:
-    """The application with 2 CPU replicas on a local Ray cluster; its proxy's base URL."""
-    args = {
-        "model": str(spark_tiny_checkpoint),
-        "device": "cpu",
-        "engine": {"max_model_len": 2048, "max_num_seqs": 16},
-    }
+    """examples/ray_serve_cpu.yaml (2 CPU replicas on spark-tiny) deployed with ``serve run`` on
+    a local Ray cluster; the proxy's base URL."""
     with local_cluster(num_cpus=2) as port:
-        deploy(args, replicas=2)
+        deploy_config(ROOT / "examples" / "ray_serve_cpu.yaml")
+        wait_running(2)
         yield f"http://127.0.0.1:{port}"
 
 
