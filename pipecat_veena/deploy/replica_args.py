@@ -82,7 +82,7 @@ class ReplicaArgs(BaseModel):
         """The replica's engine settings (builds the demo checkpoint when ``model`` is None).
 
         Raises:
-            FileNotFoundError, ValueError: the checkpoint is missing or not a known layout.
+            CheckpointError: the checkpoint is missing or not a known layout.
         """
         from pipecat_veena.checkpoint import detect_layout
 
