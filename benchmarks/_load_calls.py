@@ -30,6 +30,8 @@ SENTENCES = (
     "The refund of two thousand rupees will reach your account in three to five days.",
     "क्या मैं आपको किसी और चीज़ में मदद कर सकती हूँ?",
 )
+#: A phone player's typical jitter buffer: underruns are also measured behind one this deep.
+JITTER_BUFFER_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Utterance:
         audio_s: audio received (seconds).
         elapsed_s: from asking to the last audio or the end.
         underrun_s: the longest stall of playback after it started.
+        buffered_underrun_s: the same behind a ``JITTER_BUFFER_S`` jitter buffer.
         error: the error's type and message, for errors.
     """
 
@@ -73,6 +76,7 @@ class Utterance:
     audio_s: float = 0.0
     elapsed_s: float = 0.0
     underrun_s: float = 0.0
+    buffered_underrun_s: float = 0.0
     error: str | None = None
 
 
@@ -145,6 +149,7 @@ async def speak(
         audio_s=audio,
         elapsed_s=(arrivals[-1][0] if arrivals else end) - start,
         underrun_s=longest_underrun(arrivals, plan.prebuffer_s),
+        buffered_underrun_s=longest_underrun(arrivals, max(plan.prebuffer_s, JITTER_BUFFER_S)),
         error=error,
     )
     playback_end = end if not arrivals or outcome == "cancelled" else _runs_out(arrivals, plan)

@@ -38,7 +38,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from tqdm import tqdm
 
-from benchmarks._load_calls import CallPlan, CallResult, run_call
+from benchmarks._load_calls import JITTER_BUFFER_S, CallPlan, CallResult, run_call
 from benchmarks._report import update_section
 
 REPLICA_HEADER = "x-veena-replica"
@@ -165,6 +165,9 @@ def summarize(
     ttfa = [u.ttfa_s * 1000 for u in utterances if u.ttfa_s is not None]
     rtf = [u.elapsed_s / u.audio_s for u in utterances if u.outcome == "completed" and u.audio_s]
     per_call = [max((u.underrun_s for u in r.utterances), default=0.0) * 1000 for r in results]
+    buffered = [
+        max((u.buffered_underrun_s for u in r.utterances), default=0.0) * 1000 for r in results
+    ]
     errors = Counter(_IDS.sub("…", u.error) for u in utterances if u.error)
     starts = [_IDS.sub("…", r.start_error) for r in results if r.start_error]
     errors.update(f"call did not start: {message}" for message in starts)
@@ -183,6 +186,7 @@ def summarize(
             "p95": _pct(per_call, 0.95),
             "max": max(per_call, default=None),
         },  # fmt: skip
+        "buffered_underrun_ms": {"p95": _pct(buffered, 0.95), "max": max(buffered, default=None)},
         "calls_with_underrun_over_100ms": sum(v > 100 for v in per_call),
         "audio_s_per_s": round(sum(u.audio_s for u in utterances) / wall_s, 2),
         "errors": dict(errors),
@@ -200,18 +204,21 @@ def table(levels: list[dict[str, Any]]) -> str:
     """A Markdown table, one row per level."""
     rows = [
         "| calls | utterances done / barged in / failed / hung | TTFA p50 / p95 / p99 ms "
-        "| RTF p50 / p95 | longest underrun per call p50 / p95 / max ms | audio s per s "
-        "| retries | left running | requests per server |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| RTF p50 / p95 | longest underrun per call p50 / p95 / max ms "
+        f"| ... behind a {JITTER_BUFFER_S * 1000:.0f} ms jitter buffer p95 / max ms "
+        "| audio s per s | retries | left running | requests per server |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for lv in levels:
         o, t, r, u = lv["outcomes"], lv["ttfa_ms"], lv["rtf"], lv["underrun_ms"]
+        b = lv["buffered_underrun_ms"]
         spread = ", ".join(f"{k}: {v}" for k, v in lv["requests_per_server"].items())
         rows.append(
             f"| {lv['calls']} | {o.get('completed', 0)} / {o.get('cancelled', 0)} / "
             f"{o.get('error', 0)} / {o.get('hung', 0)} | {_f(t['p50'])} / {_f(t['p95'])} / "
             f"{_f(t['p99'])} | {_f(r['p50'], 2)} / {_f(r['p95'], 2)} | {_f(u['p50'])} / "
-            f"{_f(u['p95'])} / {_f(u['max'])} | {lv['audio_s_per_s']} | {lv['retries']} | "
+            f"{_f(u['p95'])} / {_f(u['max'])} | {_f(b['p95'])} / {_f(b['max'])} | "
+            f"{lv['audio_s_per_s']} | {lv['retries']} | "
             f"{_f(lv['left_running'])} | {spread} |"
         )
     errors = Counter()
@@ -239,8 +246,12 @@ def plot(series: dict[str, list[dict[str, Any]]], path: Path, title: str) -> Pat
         for q, style in (("p95", "--s"), ("max", ":^")):
             y = [lv["underrun_ms"][q] for lv in levels]
             right.plot(x, y, style, label=f"{label} {q}")
+        y = [lv["buffered_underrun_ms"]["p95"] for lv in levels]
+        right.plot(x, y, "-.d", label=f"{label} p95, {JITTER_BUFFER_S * 1000:.0f} ms buffer")
+    ticks = sorted({lv["calls"] for levels in series.values() for lv in levels})
     for ax, name in ((left, "time to first audio (ms)"), (right, "longest underrun per call (ms)")):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.set_xlabel("concurrent calls")
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)

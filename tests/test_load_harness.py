@@ -37,7 +37,7 @@ def test_summary_and_table():
     calls = [
         CallResult(0, [Utterance(0, "completed", 0.1, 2.0, 0.5, 0.0)], retries=1),
         CallResult(1, [Utterance(1, "cancelled", 0.2, 0.5, 0.3, 0.25),
-                       Utterance(1, "error", None, 0.0, 0.1, 0.0, "RemoteError: tts-3: gone")]),
+                       Utterance(1, "error", None, 0.0, 0.1, error="RemoteError: tts-3: gone")]),
     ]  # fmt: skip
     before = {"r1": {"requests": 10.0}}
     after = {"r1": {"requests": 12.0}, "r2": {"requests": 1.0}}
@@ -46,12 +46,14 @@ def test_summary_and_table():
     assert s["ttfa_ms"]["p50"] == pytest.approx(100) and s["ttfa_ms"]["p99"] == pytest.approx(200)
     assert s["rtf"]["p50"] == pytest.approx(0.25)
     assert s["underrun_ms"] == {"p50": 0.0, "p95": 250.0, "max": 250.0}
+    assert s["buffered_underrun_ms"] == {"p95": 0.0, "max": 0.0}
     assert s["calls_with_underrun_over_100ms"] == 1 and s["retries"] == 1
     assert s["audio_s_per_s"] == 0.25
     assert s["errors"] == {"RemoteError: …: gone": 1}  # ids folded, so errors group
     assert s["requests_per_server"] == {"r1": 2, "r2": 1}
     text = table([s | {"left_running": 0.0}])
-    assert "| 2 | 1 / 1 / 1 / 0 | 100 / 200 / 200 |" in text and "r1: 2, r2: 1" in text
+    assert "| 2 | 1 / 1 / 1 / 0 | 100 / 200 / 200 | 0.25 / 0.25 | 0 / 250 / 250 | 0 / 0 |" in text
+    assert "r1: 2, r2: 1" in text
     assert "1 x `RemoteError: …: gone`" in text
 
 
@@ -73,6 +75,7 @@ async def test_a_short_run_against_a_server(tmp_path):
     assert outcomes.get("completed", 0) > 3 and outcomes.get("cancelled", 0) > 0
     assert "error" not in outcomes and "hung" not in outcomes and not level["errors"]
     assert level["underrun_ms"]["max"] == pytest.approx(50, abs=30)
+    assert level["buffered_underrun_ms"]["max"] == pytest.approx(0, abs=30)  # 200 ms absorb it
     assert level["ttfa_ms"]["p50"] == pytest.approx(150, abs=60)
     assert level["left_running"] == 0 and not engine.open  # every cancel reached the engine
     total = sum(outcomes.values())
