@@ -121,6 +121,23 @@ def wait_running(replicas: int, timeout_s: float = 240.0) -> float:
     return time.monotonic() - start
 
 
+def wait_replaced(victim: str, replicas: int, timeout_s: float = 300.0) -> float:
+    """Wait until Serve runs ``replicas`` again after replica ``victim`` died; returns seconds.
+
+    First until Serve itself counts fewer running replicas (it notices a death at its next
+    health check), then until it runs ``replicas``, none of them the victim.
+    """
+    start = time.monotonic()
+    noticed_by = start + 60.0
+    while running_replicas() >= replicas and time.monotonic() < noticed_by:
+        time.sleep(0.2)
+    while running_replicas() < replicas or victim in replica_pids():
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"Serve did not replace replica {victim} in {timeout_s} s")
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
 def replica_pids() -> dict[str, int]:
     """Replica tag -> the pid of its actor process (live replicas only), from Ray's GCS."""
     from ray._private.state import state  # no dashboard here, so not the state API

@@ -3,9 +3,10 @@
 One cluster for the session (``ray_local``), given examples/ray_serve_cpu.yaml by ``serve run``
 as the README says. Checked: the same API as ``pipecat-veena serve`` through Serve's proxy
 (WebSocket, OpenAI route, /health, /ready, /metrics), calls spread over both replicas and
-staying on theirs, and failover (a replica's actor process killed under load: no hang, clear
+staying on theirs, failover (a replica's actor process killed under load: no hang, clear
 errors after first audio, the utterance that had none retried on the live replica, and Serve
-bringing the dead one back). Nothing Ray started may outlive the session.
+bringing the dead one back), and a replica whose engine process died being replaced (Serve's
+health probe). Nothing Ray started may outlive the session.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from collections import Counter
 
 import httpx
 import openai
+import psutil
 import pytest
 from ray_local import (
     ROOT,
@@ -24,6 +27,7 @@ from ray_local import (
     local_cluster,
     replica_pids,
     running_replicas,
+    wait_replaced,
     wait_running,
 )
 from server_fakes import RawClient, pcm_of
@@ -62,6 +66,23 @@ def _server_tag(request_id: str) -> str:
 def _replica_of(engine: RemoteVeenaEngine) -> str:
     """The replica a RemoteVeenaEngine's connection reached (the proxy's handshake header)."""
     return engine._links[0]._ws.response.headers[HEADER]  # (a test may look inside)
+
+
+def _all_ended(procs: list[psutil.Process], timeout_s: float) -> bool:
+    """Wait until every process has ended (a zombie has: only its exit status is left)."""
+
+    def ended(p: psutil.Process) -> bool:
+        try:
+            return p.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    deadline = time.monotonic() + timeout_s
+    while not all(ended(p) for p in procs):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 async def test_the_same_api_through_serve(serve_url):
@@ -142,6 +163,10 @@ async def test_a_killed_replica_fails_clearly_retries_and_comes_back(serve_url):
         pids = replica_pids()
         assert set(landed) == set(pids) and len(pids) == 2, (landed, pids)
         victim = landed[0]
+        # vLLM's EngineCore of the victim: it must not outlive its replica (Ray ends the dead
+        # worker's process group; an orphan would no longer be a child of this process)
+        engine_cores = psutil.Process(pids[victim]).children(recursive=True)
+        assert engine_cores
         outcomes: list[tuple[str, bool, BaseException | None]] = []
         stop = asyncio.Event()
 
@@ -171,6 +196,7 @@ async def test_a_killed_replica_fails_clearly_retries_and_comes_back(serve_url):
         await asyncio.sleep(1.0)
         os.kill(pids[victim], signal.SIGKILL)
         assert await early == ("ok", True, None)  # retried, on the live replica
+        assert await asyncio.to_thread(_all_ended, engine_cores, 15.0)
         assert engines[0].stats()["retries"] >= 1
         await asyncio.sleep(3.0)  # the load goes on, on the live replica
         stop.set()
@@ -187,8 +213,29 @@ async def test_a_killed_replica_fails_clearly_retries_and_comes_back(serve_url):
             assert "after the first audio" in str(error), error
 
     # Serve brings the dead replica back (a new actor), and new calls reach it.
-    await asyncio.to_thread(wait_running, 2)
+    await asyncio.to_thread(wait_replaced, victim, 2)
     revived = replica_pids()
     assert len(revived) == 2 and victim not in revived, revived
     await test_calls_spread_over_replicas_and_stay_on_theirs(serve_url)
     assert running_replicas() == 2
+
+
+async def test_a_replica_whose_engine_died_is_replaced(serve_url):
+    tag, pid = sorted(replica_pids().items())[0]
+    replica = psutil.Process(pid)
+    engine_cores = [p for p in replica.children(recursive=True) if "EngineCore" in p.name()]
+    assert engine_cores
+    for proc in engine_cores:  # vLLM's engine process dies; the replica's process lives on
+        proc.kill()
+    async with httpx.AsyncClient(base_url=serve_url, timeout=10) as http:
+        async with asyncio.timeout(30):
+            while True:  # the proxy asks either replica; vLLM notices its engine gone in ~1 s
+                health = await http.get("/health")
+                if health.headers[HEADER] == tag and health.status_code != 200:
+                    break
+                await asyncio.sleep(0.1)
+    assert health.status_code == 503 and health.json()["detail"] == "the engine stopped"
+    # Serve's health probe fails too, so Serve replaces the replica (its process ends)
+    await asyncio.to_thread(wait_replaced, tag, 2)
+    assert tag not in replica_pids() and len(replica_pids()) == 2
+    assert await asyncio.to_thread(_all_ended, [replica], 30.0)
