@@ -226,3 +226,22 @@ async def test_the_health_probe_fails_once_the_engine_is_gone():
     await engine.shutdown()  # (vLLM's engine process died)
     with pytest.raises(RuntimeError, match="engine is down: the engine stopped"):
         await replica.check_health()
+
+
+def test_the_readme_states_the_deployment_defaults():
+    pytest.importorskip("ray.serve")
+    from pipecat_veena.deploy import ray as deploy
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = " ".join(readme[readme.index("*Ray Serve*") : readme.index("*Kubernetes*")].split())
+    stated = {
+        "max_ongoing_requests": f"takes {deploy.MAX_ONGOING_REQUESTS}",
+        "max_queued_requests": f"{deploy.MAX_QUEUED_REQUESTS} more wait in the proxy",
+        "target": f"about {deploy.AUTOSCALING_CONFIG['target_ongoing_requests']} calls",
+        "replicas": f"({deploy.AUTOSCALING_CONFIG['min_replicas']} to "
+        f"{deploy.AUTOSCALING_CONFIG['max_replicas']} replicas",
+        "grace": f"up to {deploy.GRACEFUL_SHUTDOWN_TIMEOUT_S:g} s",
+        "idle": f"after {REPLICA_SERVER_DEFAULTS['idle_timeout_s']:g} s",
+    }
+    missing = {k: v for k, v in stated.items() if v not in section}
+    assert not missing, f"README's Ray Serve defaults drifted from the code: {missing}"
