@@ -23,7 +23,11 @@ BENCHMARKS = [
     ["benchmarks.service", "--kind", "spark-tiny", "--concurrency", "1", "4", "16"],
     ["benchmarks.service", "--kind", "spark", "--concurrency", "1", "4"],
     ["benchmarks.serve"],
-]
+    ["benchmarks.load", "--spawn-server", "spark-tiny", "--concurrency", "1", "4", "16",
+     "--duration", "40", "--report", "load_server", "--no-progress",
+     "--title", "Load harness on one server (pipecat-veena serve, spark-tiny, CPU)"],
+    ["benchmarks.ray_serve"],
+]  # fmt: skip
 
 
 def main() -> int:
