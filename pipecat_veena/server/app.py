@@ -25,7 +25,11 @@ from pipecat_veena.server.ws import stream_endpoint
 
 
 def create_app(
-    engine: SpeechEngine, settings: ServerSettings | None = None, *, owns_engine: bool = True
+    engine: SpeechEngine,
+    settings: ServerSettings | None = None,
+    *,
+    owns_engine: bool = True,
+    demo: bool = False,
 ) -> FastAPI:
     """Build the speech server app over ``engine``.
 
@@ -33,11 +37,13 @@ def create_app(
         engine: the engine to serve; started in the lifespan if it is not running.
         settings: limits, timeouts and API keys (defaults: ``ServerSettings()``).
         owns_engine: shut the engine down when the app stops (False when it is shared).
+        demo: the engine runs a demo checkpoint (random weights: sound, not words); said in
+            ``GET /v1/audio/voices`` and on the playground page.
 
     Returns:
         The app; its shared state is ``app.state.veena`` (a ``SpeechServer``).
     """
-    server = SpeechServer(engine, settings or ServerSettings(), owns_engine=owns_engine)
+    server = SpeechServer(engine, settings or ServerSettings(), owns_engine=owns_engine, demo=demo)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
