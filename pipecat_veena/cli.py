@@ -153,6 +153,7 @@ async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: obj
             f"{', '.join(engine.voices)}) on {handle.url} and {handle.ws_url}",
             flush=True,
         )
+        print(f"playground: open {handle.url}/ in a browser", flush=True)
 
     try:
         status = await serve_until_signalled(handle, on_ready=ready)

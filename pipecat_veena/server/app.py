@@ -4,7 +4,7 @@
 pass one sharing the session's vLLM engine), so the same app runs in-process, under
 ``pipecat-veena serve`` and under other ASGI hosts. The engine starts in the app's lifespan, on
 the server's event loop (vLLM binds an engine to its loop), in the background: ``/health``
-answers at once, ``/ready`` once the engine has warmed up.
+answers at once, ``/ready`` once the engine has warmed up. ``/`` is the playground page.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.protocol import STREAM_PATH
 from pipecat_veena.server.metrics import CONTENT_TYPE
 from pipecat_veena.server.openai_routes import router as openai_router
+from pipecat_veena.server.playground import add_playground
 from pipecat_veena.server.settings import ServerSettings
 from pipecat_veena.server.state import SpeechServer
 from pipecat_veena.server.ws import stream_endpoint
@@ -57,6 +58,7 @@ def create_app(
     app.state.veena = server
     app.include_router(openai_router)
     app.add_api_websocket_route(STREAM_PATH, stream_endpoint)
+    add_playground(app)
 
     @app.get("/health")
     async def health() -> Response:
