@@ -12,6 +12,10 @@ const PREBUFFER_S = 0.1; // audio held before playback starts (doubled after eac
 const AUDIO_FRAME = 0x01;
 const MIN_RATE = 8000;
 const MAX_RATE = 48000;
+const INSECURE =
+  "Browsers play streamed audio (an AudioWorklet) only on pages served over HTTPS or from " +
+  "localhost: put the server behind TLS, or open it through a tunnel " +
+  "(ssh -L 8000:localhost:8000 tts-host, then this page on localhost:8000).";
 
 const EXAMPLES = [
   ["Hindi: an OTP", "आपका OTP 482913 है। इसे किसी के साथ साझा न करें।"],
@@ -199,6 +203,9 @@ function onAudio(buffer) {
 // An AudioContext at the stream's rate (created in the click that asks for it, so it may
 // play), the player worklet, and an analyser for the waveform.
 function ensureAudio(rate) {
+  if (!window.isSecureContext || !window.AudioWorkletNode) {
+    return Promise.reject(new Error(INSECURE));
+  }
   if (audio && audio.rate === rate) {
     audio.ctx.resume();
     return audio.loaded;
@@ -290,7 +297,7 @@ async function speak() {
   showMessage("");
   stop();
   // Create the AudioContext in the click itself when the stream's rate is already known.
-  if (page.ready) ensureAudio(page.ready.sample_rate);
+  if (page.ready) ensureAudio(page.ready.sample_rate).catch(() => {});
   $("speak").disabled = true;
   try {
     const ready = await connect();
@@ -399,7 +406,7 @@ function init() {
   $("speak").onclick = speak;
   $("stop").onclick = stop;
   requestAnimationFrame(drawWave);
-  refresh();
+  refresh().then(() => window.isSecureContext || showMessage(INSECURE));
 }
 
 init();
