@@ -217,8 +217,9 @@ async def test_api_key(chromium, real):
         page = browser_page.page
         await open_playground(page, server.url, expect_voices=False)
         assert "needs an API key" in await page.inner_text("#message")
-        await page.click("#speak")  # the WebSocket says the same
-        await page.wait_for_function("() => window.playground.message.includes('API key')")
+        await page.click("#speak")  # the WebSocket refuses it too, and the page says the same
+        await page.wait_for_function("() => window.playground.failure?.code === 'unauthorized'")
+        assert "needs an API key" in await page.inner_text("#message")
         assert await utterance(page) is None
 
         await page.fill("#key", "not-the-key")

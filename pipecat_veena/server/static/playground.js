@@ -37,6 +37,7 @@ const page = {
   ready: null, // the WebSocket's ready message
   utterance: null, // the utterance in flight or last spoken (see newUtterance)
   message: null, // the message shown to the user, if any
+  failure: null, // the last error that closed the WebSocket ({code, message}), if any
 };
 window.playground = page;
 
@@ -143,7 +144,7 @@ function onMessage(s, msg) {
     post({ type: "end" });
     showMessage(describe(msg));
   } else if (msg.type === "error" && !msg.id) {
-    s.failure = msg; // a connection error: the server closes next
+    s.failure = page.failure = msg; // a connection error: the server closes next
   } else if (msg.type === "error") {
     showMessage(describe(msg));
   }
