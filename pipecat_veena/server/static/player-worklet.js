@@ -72,7 +72,7 @@ class StreamPlayer extends AudioWorkletProcessor {
       this.head = 0;
     }
     const size = this.ring.length;
-    let tail = (this.head + this.count) % size;
+    const tail = (this.head + this.count) % size;
     const first = Math.min(samples.length, size - tail);
     this.ring.set(samples.subarray(0, first), tail);
     this.ring.set(samples.subarray(first), 0);
