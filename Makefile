@@ -7,6 +7,8 @@ STAMP := $(VENV)/.installed
 TEXT ?= नमस्ते! Welcome to the pipecat-veena demo.
 
 CHROMIUM := /usr/bin/chromium
+# A Devanagari font, so that Hindi text reads in the browser tests' screenshots.
+DEVANAGARI_FONT := /usr/share/fonts/truetype/lohit-devanagari/Lohit-Devanagari.ttf
 
 .PHONY: setup browser demo test lint bench
 
@@ -23,7 +25,8 @@ setup: $(STAMP)
 
 # The browser tests drive Debian's Chromium (Playwright never downloads its own browser here).
 browser:
-	test -x $(CHROMIUM) || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	(test -x $(CHROMIUM) && test -e $(DEVANAGARI_FONT)) || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-lohit-deva)
 
 demo: setup
 	$(BIN)/pipecat-veena say "$(TEXT)" -o hello.wav

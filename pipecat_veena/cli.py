@@ -132,13 +132,15 @@ def _server_settings(args: argparse.Namespace) -> object:
 
 
 async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: object) -> int:
+    from pipecat_veena.checkpoint import is_demo_checkpoint
     from pipecat_veena.engine import EngineConfig, VeenaEngine
     from pipecat_veena.server import ServerHandle, create_app
     from pipecat_veena.server.runner import serve_until_signalled
 
     engine = VeenaEngine(EngineConfig(checkpoint=checkpoint, device=args.device))
+    app = create_app(engine, settings, demo=is_demo_checkpoint(checkpoint))  # type: ignore[arg-type]
     handle = ServerHandle(
-        create_app(engine, settings),  # type: ignore[arg-type]
+        app,
         host=args.host,
         port=args.port,
         log_level="info" if args.verbose else "warning",
@@ -151,6 +153,7 @@ async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: obj
             f"{', '.join(engine.voices)}) on {handle.url} and {handle.ws_url}",
             flush=True,
         )
+        print(f"playground: open {handle.url}/ in a browser", flush=True)
 
     try:
         status = await serve_until_signalled(handle, on_ready=ready)

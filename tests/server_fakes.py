@@ -25,6 +25,8 @@ from pipecat_veena.server import ServerHandle, ServerSettings, create_app
 from pipecat_veena.voices import VoiceBook
 
 RATE = 16000
+#: Bytes of one fake chunk (1600 int16 samples: 0.1 s).
+CHUNK_BYTES = 1600 * 2
 
 
 class FakeSpeechEngine:
@@ -43,7 +45,7 @@ class FakeSpeechEngine:
         self,
         *,
         chunks: int = 4,
-        chunk_samples: int = 1600,
+        chunk_samples: int = CHUNK_BYTES // 2,
         delay: float = 0.0,
         endless: bool = False,
         fail_at: int | None = None,
@@ -184,3 +186,12 @@ def pcm_of(frames: list[AudioFrame]) -> bytes:
 
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+async def until(predicate, wait_s: float = 10.0) -> None:
+    """Wait (bounded, not a timing assertion) until ``predicate()`` holds."""
+    for _ in range(int(wait_s / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")

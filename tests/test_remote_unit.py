@@ -11,7 +11,7 @@ import pytest
 from pipecat.frames.frames import ErrorFrame, InterruptionFrame, TTSAudioRawFrame, TTSSpeakFrame
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
-from server_fakes import RATE, FakeSpeechEngine, serving
+from server_fakes import CHUNK_BYTES, RATE, FakeSpeechEngine, serving, until
 
 from pipecat_veena.errors import (
     EngineNotRunningError,
@@ -24,16 +24,6 @@ from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.remote import RemoteVeenaEngine, stream_url
 from pipecat_veena.server import ServerHandle, ServerSettings, create_app
 from pipecat_veena.service import VeenaTTSService
-
-CHUNK_BYTES = 1600 * 2
-
-
-async def _until(predicate, wait_s: float = 10.0) -> None:
-    for _ in range(int(wait_s / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
 
 
 async def _speak(engine, text: str = "Hello.", **kwargs) -> bytes:
@@ -92,23 +82,23 @@ async def test_closing_or_aborting_a_stream_cancels_it_on_the_server():
         stream = engine.stream("Long.", request_id="ctx-1")
         await anext(stream)
         await stream.aclose()
-        await _until(lambda: not fake.open)
+        await until(lambda: not fake.open)
         stream = engine.stream("Long.", request_id="ctx-2")
         await anext(stream)
         assert await engine.abort("ctx-2") == 1 and await engine.abort("ctx-2") == 0
         async for _ in stream:  # frames already in flight, then the end: no error
             pass
-        await _until(lambda: not fake.open)
+        await until(lambda: not fake.open)
 
         async def consume():
             async for _ in engine.stream("Long.", request_id="ctx-3"):
                 pass
 
         task = asyncio.create_task(consume())
-        await _until(lambda: fake.open)
+        await until(lambda: fake.open)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await _until(lambda: not fake.open and server.state.slots.active == 0)
+        await until(lambda: not fake.open and server.state.slots.active == 0)
 
 
 async def test_a_failure_before_first_audio_is_retried_once():
@@ -174,7 +164,7 @@ async def test_reconnects_after_a_server_restart():
     try:
         await engine.start()
         await handle.stop()  # closes the connection (1012)
-        await _until(lambda: not engine.stats()["connected"])
+        await until(lambda: not engine.stats()["connected"])
         with pytest.raises(ServerUnavailableError):  # nobody there for a while
             await RemoteVeenaEngine(handle.url, connect_timeout_s=0.2).start()
         handle = await ServerHandle(create_app(fake, owns_engine=False), port=port).start()
@@ -220,7 +210,7 @@ async def test_pipecat_service_over_a_remote_engine():
             frames_to_send=[TTSSpeakFrame("Long."), SleepFrame(0.2), InterruptionFrame()],
             pipeline_params=PipelineParams(audio_out_sample_rate=RATE),
         )
-        await _until(lambda: not fake.open and server.state.slots.active == 0)
+        await until(lambda: not fake.open and server.state.slots.active == 0)
         fake.endless, fake.fail_at, fake.failures = False, 2, len(fake.calls) + 1
         down, up = await run_test(
             VeenaTTSService(engine),

@@ -13,21 +13,10 @@ import socket
 import httpx
 import protocol_fuzz
 import pytest
-from server_fakes import RATE, FakeSpeechEngine, RawClient, pcm_of, serving
+from server_fakes import CHUNK_BYTES, RATE, FakeSpeechEngine, RawClient, pcm_of, serving, until
 
 from pipecat_veena.protocol import AudioFrame, ErrorCode
 from pipecat_veena.server import ServerSettings
-
-CHUNK_BYTES = 1600 * 2
-
-
-async def _until(predicate, wait_s: float = 10.0) -> None:
-    """Wait (bounded, not a timing assertion) until ``predicate()`` holds."""
-    for _ in range(int(wait_s / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
 
 
 async def _expect_error(client: RawClient, code: str, *, ended: bool | None = None):
@@ -72,9 +61,9 @@ async def test_incremental_text_is_spoken_sentence_by_sentence():
         await client.send(
             {"type": "speak", "id": "llm", "text": "Hello there. How", "final": False}
         )
-        await _until(lambda: len(engine.calls) == 1)
+        await until(lambda: len(engine.calls) == 1)
         await client.send({"type": "append", "id": "llm", "text": " are you? Fine"})
-        await _until(lambda: len(engine.calls) == 2)
+        await until(lambda: len(engine.calls) == 2)
         await client.send({"type": "append", "id": "llm", "text": " thanks"})
         await client.send({"type": "flush", "id": "llm"})
         await client.send({"type": "append", "id": "llm", "text": "नमस्ते। "})
@@ -95,7 +84,7 @@ async def test_cancel_stops_the_engine_stream_and_says_cancelled():
         await client.send({"type": "cancel", "id": "long"})
         _, done = await client.until_end("long")
         assert done.type == "done" and done.reason == "cancelled"
-        await _until(lambda: not engine.open)
+        await until(lambda: not engine.open)
         await client.send({"type": "cancel", "id": "long"})  # idempotent: no answer
         engine.endless = False
         await _speak_ok(client, "next")
@@ -107,8 +96,8 @@ async def test_disconnect_aborts_every_utterance_of_the_connection():
         async with RawClient.connect(server.ws_url) as client:
             for uid in ("a", "b", "c"):
                 await client.send({"type": "speak", "id": uid, "text": "Talk."})
-            await _until(lambda: len(engine.open) == 3)
-        await _until(lambda: not engine.open and server.state.slots.active == 0)
+            await until(lambda: len(engine.open) == 3)
+        await until(lambda: not engine.open and server.state.slots.active == 0)
 
 
 async def test_each_bad_message_gets_a_clear_error_and_the_connection_carries_on():
@@ -155,12 +144,12 @@ async def test_stream_caps_total_and_per_key(tmp_path):
                 RawClient.connect(server.ws_url, api_key="key-b") as bob:  # fmt: skip
             for uid in ("a1", "a2"):
                 await alice.send({"type": "speak", "id": uid, "text": "Talk."})
-            await _until(lambda: len(engine.open) == 2)
+            await until(lambda: len(engine.open) == 2)
             await alice.send({"type": "speak", "id": "a3", "text": "Talk."})
             _, refused = await alice.until_end("a3")
             assert refused.code == ErrorCode.TOO_MANY_STREAMS and "alice" in refused.message
             await bob.send({"type": "speak", "id": "b1", "text": "Talk."})
-            await _until(lambda: len(engine.open) == 3)
+            await until(lambda: len(engine.open) == 3)
             await bob.send({"type": "speak", "id": "b2", "text": "Talk."})
             _, refused = await bob.until_end("b2")
             assert refused.code == ErrorCode.TOO_MANY_STREAMS and "cap of 3" in refused.message
@@ -175,7 +164,7 @@ async def test_stream_caps_total_and_per_key(tmp_path):
             await alice.send({"type": "cancel", "id": "a1"})
             await alice.until_end("a1")
             await bob.send({"type": "speak", "id": "b3", "text": "Talk."})
-            await _until(lambda: len(engine.open) == 3)
+            await until(lambda: len(engine.open) == 3)
 
 
 async def test_api_keys_on_both_apis():
@@ -235,8 +224,8 @@ async def test_a_client_that_stops_reading_is_dropped_and_its_requests_aborted()
             assert (await loop.sock_recv(stalled, 12)).startswith(b"HTTP/1.1 101")
             speak = json.dumps({"type": "speak", "id": "s", "text": "Never read."}).encode()
             await loop.sock_sendall(stalled, _masked_text_frame(speak))
-            await _until(lambda: engine.closed_streams >= 1, wait_s=60)  # aborted
-            await _until(lambda: not engine.open and server.state.slots.active == 0)
+            await until(lambda: engine.closed_streams >= 1, wait_s=60)  # aborted
+            await until(lambda: not engine.open and server.state.slots.active == 0)
             async with RawClient.connect(server.ws_url) as other:  # everyone else carries on
                 engine.endless = False
                 await _speak_ok(other, "fine")
@@ -251,10 +240,10 @@ async def test_a_client_that_stops_reading_is_dropped_and_its_requests_aborted()
             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body,
         )
         try:
-            await _until(lambda: engine.closed_streams > closed, wait_s=60)
+            await until(lambda: engine.closed_streams > closed, wait_s=60)
         finally:
             http_stalled.close()
-        await _until(lambda: server.state.slots.active == 0)
+        await until(lambda: server.state.slots.active == 0)
         text = server.state.metrics.render().decode()
         assert 'veena_requests_total{api="ws",outcome="disconnected"} 1.0' in text
         assert 'veena_requests_total{api="http",outcome="disconnected"} 1.0' in text
@@ -336,7 +325,7 @@ async def test_openai_errors_before_and_after_first_audio():
         r = await http.post("/v1/audio/speech", json={**body, "stream_format": "sse"})
         events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
         assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "generation_failed"
-        await _until(lambda: server.state.slots.active == 0)  # released just after the body
+        await until(lambda: server.state.slots.active == 0)  # released just after the body
 
 
 async def test_models_voices_health_ready_metrics():
@@ -426,7 +415,7 @@ async def test_drain_finishes_in_flight_refuses_new_then_cancels_the_rest():
             await client.send({"type": "speak", "id": "inflight", "text": "Keep going."})
             assert isinstance(await client.recv(), AudioFrame)
             drain = asyncio.create_task(server.state.drain(30))
-            await _until(lambda: server.state.draining)
+            await until(lambda: server.state.draining)
             r = await http.get("/ready")
             assert r.status_code == 503 and r.json()["status"] == "server_draining"
             await client.send({"type": "speak", "id": "new", "text": "Hello."})

@@ -120,12 +120,15 @@ class SpeechReplica:
 
     async def __serve_build_asgi_app__(self) -> FastAPI:
         """Build this replica's engine and app (Serve runs the app's lifespan next)."""
+        from pipecat_veena.checkpoint import is_demo_checkpoint
         from pipecat_veena.engine import VeenaEngine
         from pipecat_veena.server.app import create_app
 
         name = serve.get_replica_context().replica_tag
-        engine = VeenaEngine(self._args.engine_config())
-        app = create_app(engine, self._args.server_settings(), wait_ready=True)
+        config = self._args.engine_config()
+        engine = VeenaEngine(config)
+        demo = is_demo_checkpoint(config.checkpoint)
+        app = create_app(engine, self._args.server_settings(), demo=demo, wait_ready=True)
         app.add_middleware(ReplicaHeader, name=name)
         self._app = app
         logger.info(f"replica {name} (pid {os.getpid()}): starting {engine}")

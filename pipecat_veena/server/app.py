@@ -4,7 +4,7 @@
 pass one sharing the session's vLLM engine), so the same app runs in-process, under
 ``pipecat-veena serve`` and under other ASGI hosts. The engine starts in the app's lifespan, on
 the server's event loop (vLLM binds an engine to its loop), in the background: ``/health``
-answers at once, ``/ready`` once the engine has warmed up.
+answers at once, ``/ready`` once the engine has warmed up. ``/`` is the playground page.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.protocol import STREAM_PATH
 from pipecat_veena.server.metrics import CONTENT_TYPE
 from pipecat_veena.server.openai_routes import router as openai_router
+from pipecat_veena.server.playground import add_playground
 from pipecat_veena.server.settings import ServerSettings
 from pipecat_veena.server.state import SpeechServer
 from pipecat_veena.server.ws import stream_endpoint
@@ -29,6 +30,7 @@ def create_app(
     settings: ServerSettings | None = None,
     *,
     owns_engine: bool = True,
+    demo: bool = False,
     wait_ready: bool = False,
 ) -> FastAPI:
     """Build the speech server app over ``engine``.
@@ -37,6 +39,8 @@ def create_app(
         engine: the engine to serve; started in the lifespan if it is not running.
         settings: limits, timeouts and API keys (defaults: ``ServerSettings()``).
         owns_engine: shut the engine down when the app stops (False when it is shared).
+        demo: the engine runs a demo checkpoint (random weights: sound, not words); said in
+            ``GET /v1/audio/voices`` and on the playground page.
         wait_ready: finish the lifespan's startup only once the engine is warm (raising what
             made its start fail), for hosts that route to an app once its startup is over
             (Ray Serve); False: start it in the background and answer ``/health`` meanwhile.
@@ -44,7 +48,7 @@ def create_app(
     Returns:
         The app; its shared state is ``app.state.veena`` (a ``SpeechServer``).
     """
-    server = SpeechServer(engine, settings or ServerSettings(), owns_engine=owns_engine)
+    server = SpeechServer(engine, settings or ServerSettings(), owns_engine=owns_engine, demo=demo)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -60,6 +64,7 @@ def create_app(
     app.state.veena = server
     app.include_router(openai_router)
     app.add_api_websocket_route(STREAM_PATH, stream_endpoint)
+    add_playground(app)
 
     @app.get("/health")
     async def health() -> Response:

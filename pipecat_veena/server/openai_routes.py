@@ -213,7 +213,10 @@ async def _body(
 
 @router.get("/v1/audio/voices")
 async def voices(request: Request) -> Response:
-    """The checkpoint's voices (default first) and what OpenAI's voice names map to."""
+    """The checkpoint's voices (default first), what OpenAI's voice names map to, the model.
+
+    ``demo`` is true on a demo checkpoint (random weights: its voices make sound, not words).
+    """
     server: SpeechServer = request.app.state.veena
     try:
         authenticate(server.settings, request.headers.get("authorization"), None)
@@ -229,6 +232,8 @@ async def voices(request: Request) -> Response:
             "default": engine.voices[0],
             "voice_levels": server.voice_levels,
             "openai_aliases": {name: server.voice_map[name] for name in OPENAI_VOICES},
+            "model": engine.model_name,
+            "demo": server.demo,
         }
     )
 

@@ -31,14 +31,21 @@ class SpeechServer:
         engine: the engine to serve (started by ``launch()`` if it is not running).
         settings: limits, timeouts, keys.
         owns_engine: shut the engine down with the app (False when others share it).
+        demo: the engine runs a demo checkpoint (random weights: sound, not words).
     """
 
     def __init__(
-        self, engine: SpeechEngine, settings: ServerSettings, *, owns_engine: bool = True
+        self,
+        engine: SpeechEngine,
+        settings: ServerSettings,
+        *,
+        owns_engine: bool = True,
+        demo: bool = False,
     ) -> None:
         self.engine = engine
         self.settings = settings
         self.owns_engine = owns_engine
+        self.demo = demo
         self.metrics = ServerMetrics(engine)
         self.slots = StreamSlots(settings)
         self.ready = False

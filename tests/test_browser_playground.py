@@ -1,0 +1,291 @@
+"""The playground page (``/``) in a real headless Chromium: Hindi text in, streamed audio out.
+
+The speech server runs in-process, on the session's vLLM engine (spark-tiny demo checkpoint)
+through ``RecordingGenerator``, so the samples the page counts are checked against the tokens the
+engine generated. The page's own figures (``window.playground.utterance``: samples received and
+played, peak, first-audio time, underruns) are what the tests read. The audio check is shown to
+fail on a server whose engine yields nothing, and on one that yields silence. Artefacts
+(screenshots, figures) land in ``artifacts/browser/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import pytest_asyncio
+from browser import ARTIFACTS, open_page, save_artifact
+from recording import RecordingGenerator
+from server_fakes import RATE, FakeSpeechEngine
+
+from pipecat_veena.engine import AudioChunk, EngineConfig, VeenaEngine
+from pipecat_veena.server import ServerHandle, ServerSettings, create_app
+
+pytestmark = pytest.mark.browser
+
+HINDI = "नमस्ते! आपका OTP 482913 है।"
+LONG_HINDI = ("नमस्ते! आपका order आज सुबह ship हो गया है और यह तीन दिन में आपके घर पहुँच जाएगा। ") * 6
+KEY = "playground-test-key"
+
+
+@pytest_asyncio.fixture(scope="module")
+async def real(spark_tiny_checkpoint, spark_generator) -> AsyncIterator[Any]:
+    """(engine, recorder): a VeenaEngine on the session's vLLM engine, every token recorded."""
+    recorder = RecordingGenerator(spark_generator)
+    config = EngineConfig(checkpoint=spark_tiny_checkpoint, warmup=False, max_model_len=2048)
+    engine = VeenaEngine(config, generator=recorder)
+    await engine.start()
+    try:
+        yield engine, recorder
+    finally:
+        await engine.shutdown()
+
+
+@asynccontextmanager
+async def served(
+    engine: Any, settings: ServerSettings | None = None, *, demo: bool = True
+) -> AsyncIterator[ServerHandle]:
+    """The speech server over ``engine`` on a free loopback port (the engine is not its own)."""
+    handle = ServerHandle(create_app(engine, settings, owns_engine=False, demo=demo))
+    await handle.start()
+    try:
+        await handle.state.wait_started()
+        yield handle
+    finally:
+        await handle.stop()
+
+
+# -- reading the page ------------------------------------------------------------------------
+async def utterance(page: Any) -> dict[str, Any] | None:
+    """The page's figures for its current utterance (``window.playground.utterance``)."""
+    return await page.evaluate("() => window.playground.utterance")
+
+
+async def open_playground(page: Any, url: str, *, expect_voices: bool = True) -> None:
+    """Open the page; wait for its voices (or, without ``expect_voices``, for its message)."""
+    await page.goto(url + "/")
+    ready = "window.playground.ready !== null" if expect_voices else "window.playground.message"
+    await page.wait_for_function(f"() => {ready}", timeout=30_000)
+
+
+async def speak(page: Any, text: str, *, seed: int | None = None) -> None:
+    """Type ``text`` into the page and press Speak."""
+    await page.fill("#text", text)
+    await page.fill("#seed", "" if seed is None else str(seed))
+    await page.click("#speak")
+
+
+async def wait_for_page_audio(page: Any, *, within: float = 60.0) -> dict[str, Any]:
+    """Wait until the page has received audio that is not silence; return its figures.
+
+    Raises:
+        AssertionError: no audio within ``within`` seconds (or the utterance ended without
+            any), naming what the page saw.
+    """
+    deadline = time.monotonic() + within
+    u = None
+    while time.monotonic() < deadline:
+        u = await utterance(page)
+        if u and u["samples"] > 0 and u["peak"] > 0:
+            return u
+        if u and u["state"] in ("completed", "cancelled", "failed"):
+            break
+        await asyncio.sleep(0.05)
+    message = await page.evaluate("() => window.playground.message")
+    raise AssertionError(f"no audio arrived in the page within {within:.0f} s: {u}; {message!r}")
+
+
+async def wait_for_end(page: Any, *, within: float = 120.0, played: bool = True) -> dict[str, Any]:
+    """Wait until the utterance is over (and, with ``played``, has played out); its figures."""
+    condition = "u && ['completed', 'cancelled', 'failed'].includes(u.state)"
+    if played:
+        condition += " && ['drained', 'stopped'].includes(u.playback)"
+    await page.wait_for_function(
+        f"() => {{ const u = window.playground.utterance; return {condition}; }}",
+        timeout=within * 1000,
+    )
+    return await utterance(page)
+
+
+def console_errors(browser_page: Any) -> list[str]:
+    return [line for line in browser_page.console if line.startswith("error")]
+
+
+async def unfinished_on_metrics(url: str) -> float:
+    """``veena_engine_unfinished_requests`` as the server's /metrics reports it."""
+    async with httpx.AsyncClient(base_url=url) as http:
+        text = (await http.get("/metrics")).text
+    match = re.search(r"^veena_engine_unfinished_requests(?:\{[^}]*\})? (\S+)$", text, re.M)
+    assert match, "veena_engine_unfinished_requests is not on /metrics"
+    return float(match.group(1))
+
+
+async def settled(engine: VeenaEngine, server: ServerHandle, *, within: float = 10.0) -> None:
+    """Wait (bounded) until neither the server nor vLLM has anything in flight."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not engine.stats()["unfinished_requests"] and not server.state.slots.active:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"still in flight: {engine.stats()}, {server.state.slots.active} streams")
+
+
+def samples_of(engine: VeenaEngine, recorder: RecordingGenerator, request_id: str) -> int:
+    """Samples the codec makes from the semantic tokens of one server request."""
+    ids = engine._format.ids
+    semantics = sum(
+        1
+        for t in recorder.tokens_of(request_id)
+        if 0 <= t - ids.semantic_base < ids.num_semantic_codes
+    )
+    return semantics * engine._codec.samples_per_frame
+
+
+# -- the real engine -----------------------------------------------------------------------
+@pytest.mark.vllm
+async def test_hindi_text_streams_into_the_page(chromium, real):
+    engine, recorder = real
+    async with served(engine) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        measured: dict[str, Any] = {}
+        try:
+            await open_playground(page, server.url)
+            assert await page.is_visible("#demo")  # the demo checkpoint: sound, not words
+            voices = await page.eval_on_selector_all("#voice option", "o => o.map(e => e.value)")
+            assert voices == engine.voices
+            await speak(page, HINDI, seed=3)
+            first = await wait_for_page_audio(page)
+            assert re.fullmatch(r"\d+ ms", await page.inner_text("#ttfa"))
+            u = await wait_for_end(page)
+            measured = {"first_audio": first, "end": u}
+        finally:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(ARTIFACTS / "playground.png"), full_page=True)
+            measured["blocked_requests"] = browser_page.blocked
+            measured["console"] = browser_page.console
+            save_artifact("playground.json", measured)
+
+        done = u["done"]
+        assert u["state"] == "completed" and done["reason"] == "completed"
+        # Every sample the engine made reached the page, and all of it played.
+        assert u["samples"] == samples_of(engine, recorder, done["request_id"]) > 0
+        assert u["samples"] == round(done["audio_seconds"] * done["sample_rate"])
+        assert u["sampleRate"] == done["sample_rate"] == engine.sample_rate
+        assert u["played"] == u["samples"] and u["buffered"] == 0
+        assert u["tokens"] == done["tokens"] and u["peak"] > 0
+        assert 0 < first["firstAudioMs"] <= u["lastAudioMs"]
+        assert browser_page.blocked == [] and console_errors(browser_page) == []
+    await settled(engine, server)
+
+
+@pytest.mark.vllm
+async def test_stop_cancels_on_the_server(chromium, real):
+    engine, _ = real
+    async with served(engine) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        await speak(page, LONG_HINDI)
+        await wait_for_page_audio(page)
+        await page.click("#stop")
+        u = await wait_for_end(page, within=30)
+        assert u["state"] == "cancelled" and u["done"]["reason"] == "cancelled"
+        assert u["playback"] == "stopped"
+        assert await page.inner_text("#state") == "cancelled"
+        await settled(engine, server)
+        assert await unfinished_on_metrics(server.url) == 0
+        assert engine.stats()["unfinished_requests"] == 0
+        # the page can speak again at once
+        await speak(page, HINDI, seed=4)
+        await wait_for_page_audio(page)
+        await wait_for_end(page)
+        assert console_errors(browser_page) == []
+    await settled(engine, server)
+
+
+@pytest.mark.vllm
+async def test_api_key(chromium, real):
+    engine, _ = real
+    settings = ServerSettings(api_keys={KEY: "playground"})
+    async with served(engine, settings) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url, expect_voices=False)
+        assert "needs an API key" in await page.inner_text("#message")
+        await page.click("#speak")  # the WebSocket refuses it too, and the page says the same
+        await page.wait_for_function("() => window.playground.failure?.code === 'unauthorized'")
+        assert "needs an API key" in await page.inner_text("#message")
+        assert await utterance(page) is None
+
+        await page.fill("#key", "not-the-key")
+        await page.locator("#key").blur()
+        await page.wait_for_function("() => window.playground.message.includes('did not accept')")
+
+        await page.fill("#key", KEY)
+        await page.locator("#key").blur()
+        await page.wait_for_function("() => window.playground.ready !== null")
+        await page.reload()  # the key was kept in localStorage
+        await page.wait_for_function("() => window.playground.ready !== null")
+        assert await page.input_value("#key") == KEY
+        await speak(page, HINDI, seed=5)
+        assert (await wait_for_page_audio(page))["samples"] > 0
+        assert (await wait_for_end(page))["state"] == "completed"
+        assert await page.is_hidden("#message")
+    await settled(engine, server)
+
+
+# -- the check fails when no audio arrives (fake engines, no vLLM) ----------------------------
+class SilentEngine(FakeSpeechEngine):
+    """A fake engine whose chunks are digital silence (samples arrive, sound does not)."""
+
+    async def stream(self, text, voice=None, *, request_id=None, **options):
+        async for chunk in super().stream(text, voice, request_id=request_id, **options):
+            yield AudioChunk(bytes(len(chunk.pcm)), chunk.sample_rate, tokens=chunk.tokens)
+
+
+@pytest.mark.parametrize(
+    "make_engine",
+    [lambda: FakeSpeechEngine(chunks=0), lambda: SilentEngine(chunks=3)],
+    ids=["nothing", "silence"],
+)
+async def test_the_audio_check_fails_without_audio(chromium, make_engine):
+    async with served(make_engine(), demo=False) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        assert await page.is_hidden("#demo")
+        await speak(page, HINDI)
+        with pytest.raises(AssertionError, match="no audio arrived in the page"):
+            await wait_for_page_audio(page, within=10)
+        u = await wait_for_end(page, within=10)
+        assert u["state"] == "completed" and u["peak"] == 0
+
+
+async def test_the_audio_check_passes_on_a_tone(chromium):
+    engine = FakeSpeechEngine(chunks=5, chunk_samples=RATE // 10)
+    async with served(engine, demo=False) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        await speak(page, "A tone.")
+        await wait_for_page_audio(page, within=10)
+        u = await wait_for_end(page, within=10)
+        assert u["samples"] == u["played"] == 5 * RATE // 10
+        # The page decoded the int16 frames as the server sent them: 8000/32768 peak.
+        assert np.isclose(u["peak"], 8000 / 32768, atol=1e-3)
+
+
+async def test_underruns_are_counted_and_every_sample_plays(chromium):
+    # 0.1 s of audio every 0.4 s: the player runs dry after each chunk it starts on.
+    engine = FakeSpeechEngine(chunks=4, chunk_samples=RATE // 10, delay=0.4)
+    async with served(engine, demo=False) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        await speak(page, "A slow tone.")
+        u = await wait_for_end(page, within=20)
+        assert u["underruns"] >= 1
+        assert await page.inner_text("#underruns") == str(u["underruns"])
+        assert u["samples"] == u["played"] == 4 * RATE // 10
