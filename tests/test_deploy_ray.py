@@ -96,7 +96,9 @@ async def test_the_same_api_through_serve(serve_url):
         assert metrics.status_code == 200
         assert "veena_active_streams" in metrics.text and "veena_ready 1.0" in metrics.text
         voices = (await http.get("/v1/audio/voices")).json()
-        assert voices["voices"] and "alloy" in str(voices)
+        assert voices["voices"] and "alloy" in str(voices) and voices["demo"] is True
+        page = await http.get("/")  # the playground
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
         assert (await http.get("/v1/models")).status_code == 200
         bad = await http.post(
             "/v1/audio/speech",
