@@ -42,9 +42,9 @@ from fastapi import FastAPI
 from pipecat_veena.deploy.replica_args import ReplicaArgs
 
 #: Ongoing requests one replica takes: its calls' WebSockets (one each, for the whole call) plus
-#: HTTP speech streams. The speech server's own ``max_streams`` (utterances generating at once,
-#: 64 by default) still guards the engine; calls over it that all speak at once get
-#: ``too_many_streams``, which RemoteVeenaEngine retries (through the proxy: another replica).
+#: HTTP speech streams. The speech server's own ``max_streams`` (utterances generating at once)
+#: still guards the engine: more calls than that speaking at the same moment get
+#: ``too_many_streams`` for the excess utterances, not a slower engine for all.
 MAX_ONGOING_REQUESTS = 128
 #: Calls that wait in the proxy for a replica with room. Few: when every replica is full the
 #: proxy answers 503 at once (RemoteVeenaEngine backs off and redials) instead of holding a
