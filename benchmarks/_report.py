@@ -54,3 +54,11 @@ def update_section(name: str, title: str, command: str, body: str) -> Path:
         text = text.rstrip() + "\n\n" + section + "\n"
     BENCHMARKS_MD.write_text(text)
     return BENCHMARKS_MD
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of ``values`` by nearest rank; None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]

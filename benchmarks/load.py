@@ -39,7 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tqdm import tqdm
 
 from benchmarks._load_calls import JITTER_BUFFER_S, CallPlan, CallResult, run_call
-from benchmarks._report import update_section
+from benchmarks._report import percentile, update_section
 
 REPLICA_HEADER = "x-veena-replica"
 FIGURES = Path(__file__).resolve().parent / "figures"
@@ -145,12 +145,6 @@ async def run_level(
     }
 
 
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
 
 def summarize(
     results: list[CallResult],
@@ -179,14 +173,19 @@ def summarize(
         "calls": calls,
         "wall_s": round(wall_s, 1),
         "outcomes": dict(Counter(u.outcome for u in utterances)),
-        "ttfa_ms": {q: _pct(ttfa, v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))},
-        "rtf": {q: _pct(rtf, v) for q, v in (("p50", 0.5), ("p95", 0.95))},
+        "ttfa_ms": {
+            q: percentile(ttfa, v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+        },
+        "rtf": {q: percentile(rtf, v) for q, v in (("p50", 0.5), ("p95", 0.95))},
         "underrun_ms": {
-            "p50": _pct(per_call, 0.5),
-            "p95": _pct(per_call, 0.95),
+            "p50": percentile(per_call, 0.5),
+            "p95": percentile(per_call, 0.95),
             "max": max(per_call, default=None),
         },  # fmt: skip
-        "buffered_underrun_ms": {"p95": _pct(buffered, 0.95), "max": max(buffered, default=None)},
+        "buffered_underrun_ms": {
+            "p95": percentile(buffered, 0.95),
+            "max": max(buffered, default=None),
+        },
         "calls_with_underrun_over_100ms": sum(v > 100 for v in per_call),
         "audio_s_per_s": round(sum(u.audio_s for u in utterances) / wall_s, 2),
         "errors": dict(errors),

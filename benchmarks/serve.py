@@ -37,8 +37,9 @@ import websockets
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import protocol_fuzz  # noqa: E402
+from recording import ForwardingGenerator  # noqa: E402
 
-from benchmarks._report import update_section  # noqa: E402
+from benchmarks._report import percentile, update_section  # noqa: E402
 from pipecat_veena.checkpoint import detect_layout  # noqa: E402
 from pipecat_veena.demo import build_demo_checkpoint  # noqa: E402
 from pipecat_veena.engine import EngineConfig, VeenaEngine  # noqa: E402
@@ -57,29 +58,13 @@ TEXTS = [
 LONG = "This answer keeps going on and on, so that generation takes a good while. " * 3
 
 
-class SemanticCounter(TokenGenerator):
+class SemanticCounter(ForwardingGenerator):
     """The real generator, counting each server request's semantic tokens (then forgotten)."""
 
     def __init__(self, inner: TokenGenerator) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.counts: Counter[str] = Counter()
         self.semantic = range(0)
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def shutdown(self) -> None:
-        await self.inner.shutdown()
-
-    @property
-    def is_running(self) -> bool:
-        return self.inner.is_running
-
-    def num_unfinished(self) -> int:
-        return self.inner.num_unfinished()
-
-    async def abort(self, request_id: str) -> None:
-        await self.inner.abort(request_id)
 
     async def generate(self, prompt_ids, options, request_id):
         server_request = request_id.rsplit("-", 2)[0]  # drop the engine's "-<uuid>-<part>"
@@ -88,10 +73,6 @@ class SemanticCounter(TokenGenerator):
                 self.counts[server_request] += sum(t in self.semantic for t in delta.token_ids)
                 yield delta
 
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def _first_audio_s(stream) -> float:
@@ -120,10 +101,10 @@ async def ttfa_rounds(engine: VeenaEngine, remote: RemoteVeenaEngine, rounds: in
         served.append(times[1] if i % 2 == 0 else times[0])
     added = [s - loc for s, loc in zip(served, local, strict=True)]
     return {
-        "local_p50": _pct(local, 0.5) * 1000,
-        "served_p50": _pct(served, 0.5) * 1000,
-        "added_p50": _pct(added, 0.5) * 1000,
-        "added_p95": _pct(added, 0.95) * 1000,
+        "local_p50": percentile(local, 0.5) * 1000,
+        "served_p50": percentile(served, 0.5) * 1000,
+        "added_p50": percentile(added, 0.5) * 1000,
+        "added_p95": percentile(added, 0.95) * 1000,
     }
 
 
@@ -152,7 +133,11 @@ async def cancel_rounds(engine: VeenaEngine, url: str, rounds: int) -> dict:
                 message = await ws.recv()
                 if isinstance(message, str) and parse_server_message(message).type == "done":
                     break
-    return {"p50": _pct(delays, 0.5) * 1000, "p95": _pct(delays, 0.95) * 1000, "n": rounds}
+    return {
+        "p50": percentile(delays, 0.5) * 1000,
+        "p95": percentile(delays, 0.95) * 1000,
+        "n": rounds,
+    }
 
 
 async def _client(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from benchmarks._report import update_section
+from benchmarks._report import percentile, update_section
 from pipecat_veena.demo import build_demo_checkpoint
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.wav_sink import say_to_wav
@@ -34,10 +34,6 @@ TEXTS = [
     "मैं आपकी और क्या मदद कर सकती हूँ? Thank you for calling.",
 ]
 
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def _round(engine: VeenaEngine, n: int, rate: int, out: Path, seed: int) -> dict:
@@ -62,8 +58,8 @@ async def _round(engine: VeenaEngine, n: int, rate: int, out: Path, seed: int) -
         "n": n,
         "rate": rate,
         "ok": sum(1 for r in results if r.audio_seconds > 0 and not r.errors),
-        "ttfa_p50": _pct(ttfa, 0.5) * 1000,
-        "ttfa_p95": _pct(ttfa, 0.95) * 1000,
+        "ttfa_p50": percentile(ttfa, 0.5) * 1000,
+        "ttfa_p95": percentile(ttfa, 0.95) * 1000,
         "rtf_mean": statistics.fmean(rtf),
         "rtf_max": max(rtf),
         "audio": sum(r.audio_seconds for r in results),
