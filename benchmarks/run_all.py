@@ -19,6 +19,7 @@ BENCHMARKS = [
     ["benchmarks.streaming"],
     ["benchmarks.engine_glue"],
     ["benchmarks.resample"],
+    ["benchmarks.encode"],
     ["benchmarks.grammar"],
     ["benchmarks.service", "--kind", "spark-tiny", "--concurrency", "1", "4", "16"],
     ["benchmarks.service", "--kind", "spark", "--concurrency", "1", "4"],

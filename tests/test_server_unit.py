@@ -269,7 +269,7 @@ async def test_openai_speech_formats():
         assert len(r.content) == 4 * 1600 * 3 // 2 * 2  # 16 kHz -> 24 kHz
         assert engine.calls[-1][1] == "female" and r.headers["x-request-id"].startswith("http-")
         r = await http.post("/v1/audio/speech", json={**body, "voice": "onyx", "speed": 1.0,
-                                                      "instructions": "calm"})  # fmt: skip
+                            "instructions": "calm", "response_format": "WAV"})  # fmt: skip
         assert r.headers["content-type"] == "audio/wav" and r.content[:4] == b"RIFF"
         assert len(r.content) == 44 + 4 * 2400 * 2 and engine.calls[-1][1] == "male"
         r = await http.post("/v1/audio/speech", json={**body, "voice": "male:high",
@@ -288,9 +288,35 @@ async def test_openai_speech_formats():
 
 
 @pytest.mark.parametrize(
+    "fmt, media_type, magic",
+    [(None, "audio/mpeg", b"\xff"), ("opus", "audio/ogg", b"OggS"), ("aac", "audio/aac", b"\xff"),
+     ("flac", "audio/flac", b"fLaC")],
+)  # fmt: skip
+async def test_openai_compressed_formats(fmt, media_type, magic):
+    """mp3 by default (OpenAI's), and opus / aac / flac: each decodes to the tone it carries."""
+    import io
+
+    import av
+
+    engine = FakeSpeechEngine(chunks=4)
+    async with serving(engine) as server, httpx.AsyncClient(base_url=server.url) as http:
+        body = {"model": "tts-1", "input": "Hello.", "voice": "nova"}
+        if fmt:
+            body["response_format"] = fmt
+        r = await http.post("/v1/audio/speech", json=body)
+        assert r.status_code == 200 and r.headers["content-type"] == media_type
+        assert r.content.startswith(magic)
+        with av.open(io.BytesIO(r.content)) as container:
+            samples = sum(f.samples * 24000 // f.sample_rate for f in container.decode(audio=0))
+        # 4 chunks at 24 kHz, plus what a lossy encoder adds (its priming and last-frame padding)
+        assert 4 * 2400 <= samples <= 4 * 2400 + 2400
+
+
+@pytest.mark.parametrize(
     "body, status, words",
     [
-        ({"input": "Hi", "response_format": "mp3"}, 400, "'pcm' (24 kHz"),
+        ({"input": "Hi", "response_format": "ogg"}, 400, "use one of pcm, wav, mp3, opus"),
+        ({"input": "Hi", "response_format": "opus", "sample_rate": 22050}, 400, "12000, 16000"),
         ({"input": "Hi", "speed": 1.25}, 400, "speed 1.25 is not supported"),
         ({"input": "Hi", "voice": "robot"}, 400, "unknown voice 'robot'"),
         ({"input": "Hi", "stream_format": "chunks"}, 400, "'audio' or 'sse'"),

@@ -1,8 +1,9 @@
 """OpenAI-compatible routes: ``POST /v1/audio/speech``, ``/v1/audio/voices``, ``/v1/models``.
 
-Speech streams as it is generated: raw ``pcm`` (OpenAI's contract: 24 kHz s16le mono, no
-header), ``wav`` (a header with unknown length, then PCM), or with ``stream_format: sse`` the
-``speech.audio.delta`` / ``speech.audio.done`` events. The first audio is awaited before the
+Speech streams as it is generated, in any of OpenAI's response formats (``mp3`` by default, as
+OpenAI's; raw ``pcm`` is 24 kHz s16le mono with no header; ``wav``, ``opus``, ``aac``, ``flac``:
+see ``encode``), or with ``stream_format: sse`` as ``speech.audio.delta`` /
+``speech.audio.done`` events carrying the same bytes. The first audio is awaited before the
 response starts, so errors up to then still get a proper status code and an OpenAI-shaped body.
 """
 
@@ -27,16 +28,18 @@ from pipecat_veena.protocol import (
     code_for,
     load_json,
 )
-from pipecat_veena.server.audio_out import sse_audio_delta, sse_audio_done, sse_event, wav_header
+from pipecat_veena.server.audio_out import sse_audio_delta, sse_audio_done, sse_event
+from pipecat_veena.server.encode import AudioFormat, StreamEncoder, check_format
 from pipecat_veena.server.http_stream import AudioPump, AudioStreamResponse, PumpStopped
 from pipecat_veena.server.limits import authenticate
 from pipecat_veena.server.settings import OPENAI_VOICES
 from pipecat_veena.server.speech import SpeechRun
 from pipecat_veena.server.state import SpeechServer
 
-#: OpenAI's ``pcm`` is 24 kHz s16le mono; ``wav`` uses the same rate unless asked otherwise.
+#: OpenAI's ``pcm`` is 24 kHz s16le mono; every format uses that rate unless asked otherwise.
 OPENAI_PCM_RATE = 24000
-MEDIA_TYPES = {"pcm": "audio/pcm", "wav": "audio/wav"}
+#: OpenAI's default ``response_format``.
+DEFAULT_FORMAT = "mp3"
 STREAM_FORMATS = ("audio", "sse")
 #: Model names OpenAI clients send by default; any name is accepted (one server, one model).
 MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
@@ -72,7 +75,7 @@ class SpeechRequest:
 
     input: str
     voice: str | None
-    response_format: str
+    response_format: AudioFormat
     stream_format: str
     sample_rate: int
     options: dict[str, Any]
@@ -104,12 +107,9 @@ def parse_speech_request(body: bytes) -> SpeechRequest:
         raise _bad("'voice' must be a voice name (or an object with an 'id' string)")
     if voice is not None:
         check_unicode(voice, "'voice'")
-    fmt = data.get("response_format") or "wav"
-    if not isinstance(fmt, str) or fmt.lower() not in MEDIA_TYPES:
-        raise _bad(
-            f"response_format {fmt!r} is not supported; use 'pcm' (24 kHz s16le mono, no "
-            "header) or 'wav'"
-        )
+    fmt = data.get("response_format") or DEFAULT_FORMAT
+    if not isinstance(fmt, str):
+        raise _bad("'response_format' must be a string such as 'mp3', 'pcm' or 'wav'")
     stream_format = data.get("stream_format") or "audio"
     if stream_format not in STREAM_FORMATS:
         raise _bad(f"stream_format must be 'audio' or 'sse', got {stream_format!r}")
@@ -126,8 +126,12 @@ def parse_speech_request(body: bytes) -> SpeechRequest:
         raise _bad("'sample_rate' must be an integer number of Hz")
     if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
         raise _bad(f"'sample_rate' must be in [{MIN_SAMPLE_RATE}, {MAX_SAMPLE_RATE}], got {rate}")
+    try:
+        audio_format = check_format(fmt, rate)
+    except ValueError as e:
+        raise _bad(str(e)) from None
     options = check_option_types({k: data[k] for k in OPTION_TYPES if k in data})
-    return SpeechRequest(text, voice, fmt.lower(), stream_format, rate, options)
+    return SpeechRequest(text, voice, audio_format, stream_format, rate, options)
 
 
 @router.post("/v1/audio/speech")
@@ -181,7 +185,7 @@ async def speech(request: Request) -> Response:
         pump=pump,
         slow_client_timeout_s=settings.slow_client_timeout_s,
         outcome=outcome,
-        media_type="text/event-stream" if sse else MEDIA_TYPES[req.response_format],
+        media_type="text/event-stream" if sse else req.response_format.media_type,
         headers={"x-request-id": run.request_id, "x-sample-rate": str(req.sample_rate)},
     )
 
@@ -190,14 +194,19 @@ async def _body(
     pump: AudioPump, first: bytes | None, req: SpeechRequest, outcome: list[str]
 ) -> AsyncIterator[bytes]:
     sse = req.stream_format == "sse"
-    if req.response_format == "wav":
-        header = wav_header(req.sample_rate)
-        yield sse_audio_delta(header) if sse else header
+    encoder = StreamEncoder(req.response_format, req.sample_rate)
     pcm = first
     try:
+        data = encoder.head()
         while pcm is not None:
-            yield sse_audio_delta(pcm) if sse else pcm
+            data += encoder.encode(pcm)
+            if data:
+                yield sse_audio_delta(data) if sse else data
+            data = b""
             pcm = await pump.next()
+        data = encoder.finish()
+        if data:
+            yield sse_audio_delta(data) if sse else data
     except Exception as e:  # after the head was sent: end the stream (and say why in SSE)
         stopped = isinstance(e, PumpStopped)
         outcome[0] = "cancelled" if stopped else "failed"
@@ -206,6 +215,8 @@ async def _body(
         if sse:
             yield sse_event({"type": "error", "error": {"code": code, "message": str(e)}})
         return
+    finally:
+        encoder.close()
     if sse:
         yield sse_audio_done(pump.run.tokens)
     outcome[0] = "completed"
