@@ -15,7 +15,10 @@ from pipecat_veena.normalize import numbers as nw
 from pipecat_veena.normalize.patterns import (
     DIGIT_CONTEXT_LEFT,
     DIGIT_CONTEXT_RIGHT,
+    FEMININE_NEXT,
     HI_ORDINAL_SUFFIXES,
+    OBLIQUE_NEXT,
+    POSTPOSITION,
     YEAR_LEFT,
     YEAR_RIGHT,
     is_indian_grouping,
@@ -34,8 +37,7 @@ from pipecat_veena.normalize.tables import (
 )
 
 _CONTEXT_CHARS = 40
-#: Hindi postpositions: before one, a singular noun takes its oblique form (एक रुपये का).
-_POSTPOSITION = re.compile(r"\s*(?:का|की|के|में|से|को|पर|तक)(?![\u0900-\u097f])")
+_POSTPOSITION = re.compile(rf"\s*{POSTPOSITION}")
 
 
 def _oblique(m: re.Match, lang: str) -> bool:
@@ -200,10 +202,23 @@ def measure(m: re.Match, lang: str) -> str | None:
     return _minus(_span(a, b, lang), m["u_neg"], lang) + f" {word}"
 
 
+def _hi_ordinal_form(m: re.Match) -> str:
+    """The form ("m", "f" or "o") a Hindi ordinal takes from the words after it.
+
+    Feminine before a feminine noun (पहली मंज़िल); oblique before a postposition, or before a
+    noun and a postposition (पहले दिन से, दूसरे floor पर); masculine otherwise.
+    """
+    if FEMININE_NEXT.match(m.string, m.end()):
+        return "f"
+    if OBLIQUE_NEXT.match(m.string, m.end()):
+        return "o"
+    return "m"
+
+
 def ordinal_en(m: re.Match, lang: str) -> str:
-    """1st, 22nd, 103rd: first / पहला (a Hindi sentence gets the masculine Hindi ordinal)."""
+    """1st, 22nd, 103rd: first / पहला, पहली, पहले (a Hindi sentence: agreeing with its noun)."""
     n = int(m["oe_n"])
-    return nw.ordinal_hi(n) if lang == "hi" and n > 0 else nw.ordinal_en(n)
+    return nw.ordinal_hi(n, _hi_ordinal_form(m)) if lang == "hi" and n > 0 else nw.ordinal_en(n)
 
 
 def ordinal_hi(m: re.Match, lang: str) -> str | None:
