@@ -144,20 +144,23 @@ def scaled_number(m: re.Match, lang: str) -> str:
 
 
 def money_prefix(m: re.Match, lang: str) -> str | None:
-    """₹1,25,000, Rs. 500/-, $12.50, ₹2.5 crore, ₹500-1,000, INR 5k."""
+    """₹1,25,000, Rs. 500/-, $12.50, ₹2.5 crore, ₹500-1,000, INR 5k; -₹500 and ₹-500 (minus)."""
     key = CURRENCY_PREFIX.get(nfc(m["mp_cur"])) or CURRENCY_PREFIX[m["mp_cur"]]
     scale_a, scale_b = m["mp_sa"] or m["mp_ka"], m["mp_sb"] or m["mp_kb"]
-    return _money(key, m["mp_a"], m["mp_b"], scale_a, scale_b, lang, oblique=_oblique(m, lang))
+    words = _money(key, m["mp_a"], m["mp_b"], scale_a, scale_b, lang, oblique=_oblique(m, lang))
+    return _minus(words, m["mp_neg"] or m["mp_sign"], lang)
 
 
 def money_suffix(m: re.Match, lang: str) -> str | None:
-    """500 रुपये, 20 rupees, 500 Rs, 1,000 INR: the number in words, the currency as a word."""
+    """500 रुपये, 20 rupees, 500 Rs, 1,000 INR, -500 Rs: the number in words, the currency as a word."""
     written = nfc(m["ms_cur"])
     key = CURRENCY_SUFFIX.get(written)
     if key is not None:
-        return _money(key, m["ms_a"], m["ms_b"], None, m["ms_s"], lang, oblique=_oblique(m, lang))
-    words = _span(m["ms_a"], m["ms_b"], lang, scale_b=_scale_word(m["ms_s"], lang))
-    return f"{words} {written}"
+        words = _money(key, m["ms_a"], m["ms_b"], None, m["ms_s"], lang, oblique=_oblique(m, lang))
+    else:
+        words = _span(m["ms_a"], m["ms_b"], lang, scale_b=_scale_word(m["ms_s"], lang))
+        words = f"{words} {written}"
+    return _minus(words, m["ms_neg"], lang)
 
 
 def _money(

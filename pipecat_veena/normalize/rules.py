@@ -113,12 +113,13 @@ RULES: tuple[Rule, ...] = (
          rf"(?::(?P<t_s>[0-5]\d))?(?!\d)(?:\s?(?P<t_ap>{p.AMPM}))?(?:\s?(?P<t_bj>{p.BAJE}))?",
          clock.clock_time),
     Rule("hour_ampm", rf"{B0}(?P<ta_h>1[0-2]|0?[1-9])\s?(?P<ta_ap>{p.AMPM})", clock.hour_ampm),
-    Rule("money_prefix", rf"{B0}(?P<mp_cur>{p.CUR_PREFIX})\s?(?P<mp_a>{NUM})"
+    Rule("money_prefix", rf"(?:(?P<mp_neg>{NEG})|{B0})(?P<mp_cur>{p.CUR_PREFIX})\s?"
+         rf"(?P<mp_sign>[-−])?(?P<mp_a>{NUM})"
          rf"(?:\s?(?P<mp_sa>{p.SCALE})|(?P<mp_ka>{p.MONEY_SCALE}))?{B1}"
          rf"(?:{_TO}(?:{p.CUR_PREFIX}\s?)?(?P<mp_b>{NUM})"
          rf"(?:\s?(?P<mp_sb>{p.SCALE})|(?P<mp_kb>{p.MONEY_SCALE}))?{B1})?(?:/-)?",
          quantities.money_prefix),
-    Rule("money_suffix", rf"{B0}(?P<ms_a>{NUM})(?:{_TO}(?P<ms_b>{NUM}))?"
+    Rule("money_suffix", rf"(?:(?P<ms_neg>{NEG})|{B0})(?P<ms_a>{NUM})(?:{_TO}(?P<ms_b>{NUM}))?"
          rf"(?:\s?(?P<ms_s>{p.SCALE}))?\s?(?P<ms_cur>{p.CUR_SUFFIX})(?:{B1}|(?<=\.))(?:/-)?",
          quantities.money_suffix),
     Rule("percent", rf"(?P<p_neg>{NEG})?(?P<p_a>{NUM})(?:\s?%?{DASH}(?P<p_b>{NUM}))?\s?%",
