@@ -57,6 +57,9 @@ GROUPED = r"(?:\d{1,2}(?:,\d\d)+,\d{3}|\d{1,3}(?:,\d{3})+)(?!\d|,\d)"
 INT = rf"(?:{GROUPED}|\d+)"
 #: A number as written: grouped or not, with an optional decimal part.
 NUM = rf"{INT}(?:\.\d+)?(?!\.\d)"
+#: One item of a list written with commas and no spaces ("1,2,3"): no leading zero, at most three
+#: digits, so that a run of them that is not GROUPED (groups of 3 after the first) is a list.
+LIST_ITEM = r"(?:0|[1-9]\d{0,2})(?:\.\d+)?"
 #: A minus sign where it cannot be a hyphen or a range dash.
 NEG = r"(?:(?<![\w\d.,/%-])[-−])"
 DASH = r"\s?[-–—]\s?"

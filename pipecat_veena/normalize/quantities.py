@@ -137,6 +137,15 @@ def number_range(m: re.Match, lang: str) -> str | None:
     return _minus(_span(a, b, lang), m["r_neg"], lang)
 
 
+def number_list(m: re.Match, lang: str) -> str:
+    """1,2,3: "one, two, three", a list and not one grouped number.
+
+    The items before the last, each with a comma and a space (a short pause); the rule that
+    takes the last item speaks it.
+    """
+    return "".join(f"{amount(item, lang)}, " for item in m["nl"].split(","))
+
+
 def scaled_number(m: re.Match, lang: str) -> str:
     """2.5 crore, 1.5 लाख, 3 हज़ार: ढाई करोड़, one and a half lakh."""
     scale = _scale_word(m["sc_s"], lang)

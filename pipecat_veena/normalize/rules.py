@@ -128,6 +128,9 @@ RULES: tuple[Rule, ...] = (
          rf"(?P<u_unit>{p.UNIT})(?:{B1}|(?<=[.°℃℉]))", quantities.measure),
     Rule("ordinal_en", rf"{B0}(?P<oe_n>\d+)(?P<oe_s>{p.EN_ORDINAL}){B1}", quantities.ordinal_en),
     Rule("ordinal_hi", rf"{B0}(?P<oh_n>\d+)(?P<oh_s>{p.HI_ORDINAL}){B1}", quantities.ordinal_hi),
+    # A list (1,2,3): every item but the last, each with its comma; the last is left to the rules.
+    Rule("number_list", rf"{B0}(?<![.,:/])(?!{p.GROUPED})(?P<nl>{p.LIST_ITEM}(?:,{p.LIST_ITEM})*),"
+         rf"(?={p.LIST_ITEM}(?!\d|,\d))", quantities.number_list),
     Rule("scaled", rf"(?P<sc_neg>{NEG})?(?P<sc_a>{NUM})(?:{DASH}(?P<sc_b>{NUM}))?\s?"
          rf"(?P<sc_s>{p.SCALE}){B1}", quantities.scaled_number),
     Rule("dash_code", rf"{B0}(?P<dc>\d+(?:-\d+){{2,}}|\d{{5,}}-\d{{5,}}|0\d{{2,4}}-\d{{6,8}})"
