@@ -161,7 +161,7 @@ def money_prefix(m: re.Match, lang: str) -> str | None:
 
 
 def money_suffix(m: re.Match, lang: str) -> str | None:
-    """500 रुपये, 20 rupees, 500 Rs, 1,000 INR, -500 Rs: the number in words, the currency as a word."""
+    """500 रुपये, 20 rupees, 500 Rs, -500 Rs: the number in words, the currency as a word."""
     written = nfc(m["ms_cur"])
     key = CURRENCY_SUFFIX.get(written)
     if key is not None:

@@ -93,8 +93,8 @@ RULES: tuple[Rule, ...] = (
     # Possessive: a long run of X or * must not be re-partitioned (exponential backtracking).
     Rule("masked", rf"{B0}(?<![*•])(?<![Xx*•][ -])(?:[Xx*•]{{2,}}+[ -]?+)++"
          r"(?P<mk_digits>\d{2,6})(?!\d)", codes.masked),
-    Rule("phone", r"(?<![\w+])\+(?P<ph>\d[\d -]{7,18}\d|\d{1,3}[ -]?\(\d{1,4}\)[ -]?\d[\d -]{4,14}\d)"
-         r"(?!\d)", codes.phone_international),
+    Rule("phone", r"(?<![\w+])\+(?P<ph>\d[\d -]{7,18}\d|"
+         r"\d{1,3}[ -]?\(\d{1,4}\)[ -]?\d[\d -]{4,14}\d)(?!\d)", codes.phone_international),
     Rule("landline", rf"{B0}(?:\((?P<ll_std>0\d{{2,4}})\)[ -]?|(?P<ll_code>0\d{{2,4}})[ -])"
          r"(?P<ll_sub>\d{2,8}(?:[ -]\d{2,8}){0,2})(?![\d-]|\.\d)", codes.landline),
     Rule("date_iso", rf"{B0}(?P<di_y>\d{{4}})-(?P<di_m>\d\d)-(?P<di_d>\d\d)(?![\d-])",
