@@ -5,8 +5,8 @@ Sentences come from ``sentencex`` (Latin and Devanagari ends: ``.!?…`` and the
 abbreviations and numbers whole: "Rs. 500", "Dr. Rao", "Mr. Smith", "e.g. this", "no. 5",
 "10 a.m. sharp" stayed one sentence only with sentencex. Two of its breaks are undone here: one
 with no space after a full stop ("कि.मी.", "मि.ली.": sentencex splits inside those) and one
-after an abbreviation it does not know ("डॉ. शर्मा", "approx. 500"). Packing sentences into
-length-budgeted parts and splitting long ones at clauses and words are unchanged.
+after an abbreviation it does not know ("डॉ. शर्मा", "approx. 500", "-Rs. 500"). Packing
+sentences into length-budgeted parts and splitting long ones at clauses and words are unchanged.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ MIN_MAX_SECONDS = 3.0
 
 #: Abbreviations after which sentencex breaks but a sentence rarely ends.
 _NO_BREAK_AFTER = re.compile(
-    r"(?:(?:^|[\s(])(?:डॉ|डा|प्रो|श्री|नं|रु|approx|Approx|No|no|Rs|Dr|Mr|Mrs|Ms|Prof|Sr|Jr|vs)"
+    r"(?:(?:^|[\s(\-−])(?:डॉ|डा|प्रो|श्री|नं|रु|approx|Approx|No|no|Rs|Dr|Mr|Mrs|Ms|Prof|Sr|Jr|vs)"
     r"|\.[\u0900-\u097f]{1,3})\.\s*$"  # or a dotted Hindi abbreviation: कि.मी., मि.ली.
 )
 _CLAUSE_END = re.compile(r"(?<=[,;:—–])\s+")

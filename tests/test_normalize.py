@@ -180,9 +180,11 @@ def test_the_readme_examples_are_what_the_normaliser_says():
 
 @pytest.mark.parametrize(
     "text",
-    ["X" * 3000 + "1", "XX-" * 2000 + "1", "*" * 3000 + " 12", "1," * 2000, "a1-" * 3000],
-    ids=["x-run", "x-dash-run", "star-run", "comma-run", "dash-run"],
-)
+    ["X" * 3000 + "1", "XX-" * 2000 + "1", "*" * 3000 + " 12", "1," * 2000, "a1-" * 3000,
+     "1,2" * 2000, "(022) " * 2000, "-₹" * 2000 + "5", "+91 (22) " * 1000, "1st " * 2000],
+    ids=["x-run", "x-dash-run", "star-run", "comma-run", "dash-run", "list-run", "std-run",
+         "minus-money-run", "phone-bracket-run", "ordinal-run"],
+)  # fmt: skip
 def test_long_runs_finish(text):
     """Long runs of mask characters and separators (these once backtracked exponentially)."""
     assert not _DIGIT.search(normalize(text))

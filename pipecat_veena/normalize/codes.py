@@ -12,9 +12,15 @@ from __future__ import annotations
 import re
 
 from pipecat_veena.normalize import numbers as nw
+from pipecat_veena.normalize.patterns import DIGIT_CONTEXT_LEFT
 from pipecat_veena.normalize.tables import WORDS
 
-_GROUP_SPLIT = re.compile(r"[\s-]+")
+#: Digits of an Indian landline with its trunk 0: STD code (0 and 2-4 digits) and subscriber
+#: number (6-8 digits) make 11.
+_LANDLINE_DIGITS = 11
+_CONTEXT_CHARS = 40
+
+_GROUP_SPLIT = re.compile(r"[\s()-]+")
 
 
 def _groups(written: str) -> list[str]:
@@ -29,7 +35,7 @@ def phone_international(m: re.Match, lang: str) -> str | None:
     """+91 98765 43210 = plus nine one, nine eight seven six five, four three two one zero.
 
     The country code is the first group when the text separates it, else whatever comes before
-    the last ten digits (+919876543210).
+    the last ten digits (+919876543210). An area code in brackets is a group: +91 (22) 2345 6789.
     """
     written = _GROUP_SPLIT.split(m["ph"].strip())
     if len(written) > 1 and len(written[0]) <= 3:
@@ -40,6 +46,19 @@ def phone_international(m: re.Match, lang: str) -> str | None:
             return None
         code, rest = number[:-10], nw.group_digits(number[-10:])
     return f"{WORDS[lang]['plus']} {nw.digits(code, lang)}, {nw.digit_groups(rest, lang)}"
+
+
+def landline(m: re.Match, lang: str) -> str | None:
+    """(022) 2345 6789, 011 2345 6789, 0124-2345678: STD code, then the number in its groups.
+
+    None unless the code and the number make the 11 digits of an Indian landline (a year in
+    brackets, or two numbers side by side, are not one).
+    """
+    code = m["ll_std"] or m["ll_code"]
+    rest = _groups(m["ll_sub"])
+    if len(code) + sum(len(g) for g in rest) != _LANDLINE_DIGITS:
+        return None
+    return nw.digit_groups([code, *rest], lang)
 
 
 def masked(m: re.Match, lang: str) -> str:
@@ -56,12 +75,16 @@ def spaced_groups(m: re.Match, lang: str) -> str | None:
     """98765 43210, 1234 5678 9012 3456, 1800 123 4567: one number in groups.
 
     None for two unrelated numbers side by side (2024 1500): at least 8 digits, and three or
-    more groups, a leading 0, or two groups of five.
+    more groups, a leading 0, two groups of five, or a word before them that asks for digits
+    (Phone 2345 6789, card 1234 5678).
     """
     groups = m["sg"].split()
     total = sum(len(g) for g in groups)
     if total < 8 or not (
-        len(groups) >= 3 or groups[0][0] == "0" or all(len(g) >= 5 for g in groups)
+        len(groups) >= 3
+        or groups[0][0] == "0"
+        or all(len(g) >= 5 for g in groups)
+        or DIGIT_CONTEXT_LEFT.search(m.string[max(0, m.start() - _CONTEXT_CHARS) : m.start()])
     ):
         return None
     return nw.digit_groups(groups, lang)

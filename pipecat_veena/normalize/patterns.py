@@ -20,6 +20,7 @@ from pipecat_veena.normalize.tables import (
     NUMBER_ABBREVIATIONS,
     SCALES,
     UNITS,
+    WORD_CHAR,
     alternation,
 )
 
@@ -56,6 +57,9 @@ GROUPED = r"(?:\d{1,2}(?:,\d\d)+,\d{3}|\d{1,3}(?:,\d{3})+)(?!\d|,\d)"
 INT = rf"(?:{GROUPED}|\d+)"
 #: A number as written: grouped or not, with an optional decimal part.
 NUM = rf"{INT}(?:\.\d+)?(?!\.\d)"
+#: One item of a list written with commas and no spaces ("1,2,3"): no leading zero, at most three
+#: digits, so that a run of them that is not GROUPED (groups of 3 after the first) is a list.
+LIST_ITEM = r"(?:0|[1-9]\d{0,2})(?:\.\d+)?"
 #: A minus sign where it cannot be a hyphen or a range dash.
 NEG = r"(?:(?<![\w\d.,/%-])[-−])"
 DASH = r"\s?[-–—]\s?"
@@ -82,6 +86,19 @@ HI_ORDINAL_SUFFIXES = {
     "था": "m", "थी": "f", "थे": "o", "ठा": "m", "ठी": "f", "ठे": "o",
 }  # fmt: skip
 HI_ORDINAL = alternation(HI_ORDINAL_SUFFIXES)
+#: Feminine nouns that follow an ordinal in agent speech ("21st सदी" = इक्कीसवीं सदी). An ordinal
+#: written without a Hindi suffix (1st, 21st) takes -ी before one of these; any other noun keeps
+#: the masculine default. Latin ones are those Hindi speakers make feminine (पहली EMI).
+FEMININE_AFTER_ORDINAL = (
+    "सदी|शताब्दी|मंज़िल|मंजिल|तारीख़|तारीख|किस्त|क़िस्त|किश्त|बार|दफ़ा|दफा|कक्षा|क्लास|पंक्ति|"
+    "कतार|लाइन|रैंक|सीट|तिमाही|छमाही|वर्षगाँठ|सालगिरह|पीढ़ी|डोज़|किताब|गली|ट्रेन|कॉल|बैठक|"
+    "मीटिंग|पारी|कोशिश|बेटी|ईएमआई"
+).split("|")
+FEMININE_AFTER_ORDINAL_LATIN = (
+    "EMI|class|century|date|installment|instalment|seat|rank|line|call|train|meeting|dose"
+).split("|")
+#: Hindi postpositions: a noun (or an ordinal) before one takes its oblique form (एक रुपये का).
+POSTPOSITION = r"(?:का|की|के|में|से|को|पर|तक)(?![\u0900-\u097f])"
 
 
 def _words(words: list[str]) -> str:
@@ -96,6 +113,12 @@ DIGIT_CONTEXT_LEFT = re.compile(
 DIGIT_CONTEXT_RIGHT = re.compile(
     rf"^[\s,:]*(?:{_words(DIGIT_FILLERS_AFTER)}\s+){{0,3}}{_words(DIGIT_CONTEXT_AFTER)}{B1}"
 )
+#: After an ordinal: a feminine noun (the ordinal takes -ी).
+FEMININE_NEXT = re.compile(
+    rf"\s+(?:{_words(FEMININE_AFTER_ORDINAL)}|(?i:{_words(FEMININE_AFTER_ORDINAL_LATIN)})){B1}"
+)
+#: After an ordinal: a postposition, or one word then a postposition (the ordinal takes -े).
+OBLIQUE_NEXT = re.compile(rf"\s+(?:{WORD_CHAR}+\s+)?{POSTPOSITION}")
 YEAR_LEFT = re.compile(rf"{B0}{_words(YEAR_BEFORE)}\s+$")
 YEAR_RIGHT = re.compile(rf"^\s*{_words(YEAR_AFTER)}(?!\w)")
 MONEY_RIGHT = re.compile(rf"^\s*{CUR_SUFFIX}")

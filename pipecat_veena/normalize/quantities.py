@@ -15,7 +15,10 @@ from pipecat_veena.normalize import numbers as nw
 from pipecat_veena.normalize.patterns import (
     DIGIT_CONTEXT_LEFT,
     DIGIT_CONTEXT_RIGHT,
+    FEMININE_NEXT,
     HI_ORDINAL_SUFFIXES,
+    OBLIQUE_NEXT,
+    POSTPOSITION,
     YEAR_LEFT,
     YEAR_RIGHT,
     is_indian_grouping,
@@ -34,8 +37,7 @@ from pipecat_veena.normalize.tables import (
 )
 
 _CONTEXT_CHARS = 40
-#: Hindi postpositions: before one, a singular noun takes its oblique form (एक रुपये का).
-_POSTPOSITION = re.compile(r"\s*(?:का|की|के|में|से|को|पर|तक)(?![\u0900-\u097f])")
+_POSTPOSITION = re.compile(rf"\s*{POSTPOSITION}")
 
 
 def _oblique(m: re.Match, lang: str) -> bool:
@@ -135,6 +137,15 @@ def number_range(m: re.Match, lang: str) -> str | None:
     return _minus(_span(a, b, lang), m["r_neg"], lang)
 
 
+def number_list(m: re.Match, lang: str) -> str:
+    """1,2,3: "one, two, three", a list and not one grouped number.
+
+    The items before the last, each with a comma and a space (a short pause); the rule that
+    takes the last item speaks it.
+    """
+    return "".join(f"{amount(item, lang)}, " for item in m["nl"].split(","))
+
+
 def scaled_number(m: re.Match, lang: str) -> str:
     """2.5 crore, 1.5 लाख, 3 हज़ार: ढाई करोड़, one and a half lakh."""
     scale = _scale_word(m["sc_s"], lang)
@@ -142,20 +153,23 @@ def scaled_number(m: re.Match, lang: str) -> str:
 
 
 def money_prefix(m: re.Match, lang: str) -> str | None:
-    """₹1,25,000, Rs. 500/-, $12.50, ₹2.5 crore, ₹500-1,000, INR 5k."""
+    """₹1,25,000, Rs. 500/-, $12.50, ₹2.5 crore, ₹500-1,000, INR 5k; -₹500 and ₹-500 (minus)."""
     key = CURRENCY_PREFIX.get(nfc(m["mp_cur"])) or CURRENCY_PREFIX[m["mp_cur"]]
     scale_a, scale_b = m["mp_sa"] or m["mp_ka"], m["mp_sb"] or m["mp_kb"]
-    return _money(key, m["mp_a"], m["mp_b"], scale_a, scale_b, lang, oblique=_oblique(m, lang))
+    words = _money(key, m["mp_a"], m["mp_b"], scale_a, scale_b, lang, oblique=_oblique(m, lang))
+    return _minus(words, m["mp_neg"] or m["mp_sign"], lang)
 
 
 def money_suffix(m: re.Match, lang: str) -> str | None:
-    """500 रुपये, 20 rupees, 500 Rs, 1,000 INR: the number in words, the currency as a word."""
+    """500 रुपये, 20 rupees, 500 Rs, -500 Rs: the number in words, the currency as a word."""
     written = nfc(m["ms_cur"])
     key = CURRENCY_SUFFIX.get(written)
     if key is not None:
-        return _money(key, m["ms_a"], m["ms_b"], None, m["ms_s"], lang, oblique=_oblique(m, lang))
-    words = _span(m["ms_a"], m["ms_b"], lang, scale_b=_scale_word(m["ms_s"], lang))
-    return f"{words} {written}"
+        words = _money(key, m["ms_a"], m["ms_b"], None, m["ms_s"], lang, oblique=_oblique(m, lang))
+    else:
+        words = _span(m["ms_a"], m["ms_b"], lang, scale_b=_scale_word(m["ms_s"], lang))
+        words = f"{words} {written}"
+    return _minus(words, m["ms_neg"], lang)
 
 
 def _money(
@@ -200,10 +214,23 @@ def measure(m: re.Match, lang: str) -> str | None:
     return _minus(_span(a, b, lang), m["u_neg"], lang) + f" {word}"
 
 
+def _hi_ordinal_form(m: re.Match) -> str:
+    """The form ("m", "f" or "o") a Hindi ordinal takes from the words after it.
+
+    Feminine before a feminine noun (पहली मंज़िल); oblique before a postposition, or before a
+    noun and a postposition (पहले दिन से, दूसरे floor पर); masculine otherwise.
+    """
+    if FEMININE_NEXT.match(m.string, m.end()):
+        return "f"
+    if OBLIQUE_NEXT.match(m.string, m.end()):
+        return "o"
+    return "m"
+
+
 def ordinal_en(m: re.Match, lang: str) -> str:
-    """1st, 22nd, 103rd: first / पहला (a Hindi sentence gets the masculine Hindi ordinal)."""
+    """1st, 22nd, 103rd: first / पहला, पहली, पहले (a Hindi sentence: agreeing with its noun)."""
     n = int(m["oe_n"])
-    return nw.ordinal_hi(n) if lang == "hi" and n > 0 else nw.ordinal_en(n)
+    return nw.ordinal_hi(n, _hi_ordinal_form(m)) if lang == "hi" and n > 0 else nw.ordinal_en(n)
 
 
 def ordinal_hi(m: re.Match, lang: str) -> str | None:

@@ -93,7 +93,10 @@ RULES: tuple[Rule, ...] = (
     # Possessive: a long run of X or * must not be re-partitioned (exponential backtracking).
     Rule("masked", rf"{B0}(?<![*•])(?<![Xx*•][ -])(?:[Xx*•]{{2,}}+[ -]?+)++"
          r"(?P<mk_digits>\d{2,6})(?!\d)", codes.masked),
-    Rule("phone", r"(?<![\w+])\+(?P<ph>\d[\d -]{7,18}\d)(?!\d)", codes.phone_international),
+    Rule("phone", r"(?<![\w+])\+(?P<ph>\d[\d -]{7,18}\d|"
+         r"\d{1,3}[ -]?\(\d{1,4}\)[ -]?\d[\d -]{4,14}\d)(?!\d)", codes.phone_international),
+    Rule("landline", rf"{B0}(?:\((?P<ll_std>0\d{{2,4}})\)[ -]?|(?P<ll_code>0\d{{2,4}})[ -])"
+         r"(?P<ll_sub>\d{2,8}(?:[ -]\d{2,8}){0,2})(?![\d-]|\.\d)", codes.landline),
     Rule("date_iso", rf"{B0}(?P<di_y>\d{{4}})-(?P<di_m>\d\d)-(?P<di_d>\d\d)(?![\d-])",
          clock.date_iso),
     Rule("date_numeric", rf"{B0}(?P<dn_a>\d{{1,2}})(?P<dn_sep>[/.-])(?P<dn_b>\d{{1,2}})"
@@ -110,12 +113,13 @@ RULES: tuple[Rule, ...] = (
          rf"(?::(?P<t_s>[0-5]\d))?(?!\d)(?:\s?(?P<t_ap>{p.AMPM}))?(?:\s?(?P<t_bj>{p.BAJE}))?",
          clock.clock_time),
     Rule("hour_ampm", rf"{B0}(?P<ta_h>1[0-2]|0?[1-9])\s?(?P<ta_ap>{p.AMPM})", clock.hour_ampm),
-    Rule("money_prefix", rf"{B0}(?P<mp_cur>{p.CUR_PREFIX})\s?(?P<mp_a>{NUM})"
+    Rule("money_prefix", rf"(?:(?P<mp_neg>{NEG})|{B0})(?P<mp_cur>{p.CUR_PREFIX})\s?"
+         rf"(?P<mp_sign>[-−])?(?P<mp_a>{NUM})"
          rf"(?:\s?(?P<mp_sa>{p.SCALE})|(?P<mp_ka>{p.MONEY_SCALE}))?{B1}"
          rf"(?:{_TO}(?:{p.CUR_PREFIX}\s?)?(?P<mp_b>{NUM})"
          rf"(?:\s?(?P<mp_sb>{p.SCALE})|(?P<mp_kb>{p.MONEY_SCALE}))?{B1})?(?:/-)?",
          quantities.money_prefix),
-    Rule("money_suffix", rf"{B0}(?P<ms_a>{NUM})(?:{_TO}(?P<ms_b>{NUM}))?"
+    Rule("money_suffix", rf"(?:(?P<ms_neg>{NEG})|{B0})(?P<ms_a>{NUM})(?:{_TO}(?P<ms_b>{NUM}))?"
          rf"(?:\s?(?P<ms_s>{p.SCALE}))?\s?(?P<ms_cur>{p.CUR_SUFFIX})(?:{B1}|(?<=\.))(?:/-)?",
          quantities.money_suffix),
     Rule("percent", rf"(?P<p_neg>{NEG})?(?P<p_a>{NUM})(?:\s?%?{DASH}(?P<p_b>{NUM}))?\s?%",
@@ -124,6 +128,9 @@ RULES: tuple[Rule, ...] = (
          rf"(?P<u_unit>{p.UNIT})(?:{B1}|(?<=[.°℃℉]))", quantities.measure),
     Rule("ordinal_en", rf"{B0}(?P<oe_n>\d+)(?P<oe_s>{p.EN_ORDINAL}){B1}", quantities.ordinal_en),
     Rule("ordinal_hi", rf"{B0}(?P<oh_n>\d+)(?P<oh_s>{p.HI_ORDINAL}){B1}", quantities.ordinal_hi),
+    # A list (1,2,3): every item but the last, each with its comma; the last is left to the rules.
+    Rule("number_list", rf"{B0}(?<![.,:/])(?!{p.GROUPED})(?P<nl>{p.LIST_ITEM}(?:,{p.LIST_ITEM})*),"
+         rf"(?={p.LIST_ITEM}(?!\d|,\d))", quantities.number_list),
     Rule("scaled", rf"(?P<sc_neg>{NEG})?(?P<sc_a>{NUM})(?:{DASH}(?P<sc_b>{NUM}))?\s?"
          rf"(?P<sc_s>{p.SCALE}){B1}", quantities.scaled_number),
     Rule("dash_code", rf"{B0}(?P<dc>\d+(?:-\d+){{2,}}|\d{{5,}}-\d{{5,}}|0\d{{2,4}}-\d{{6,8}})"
