@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import os
 import platform
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 BENCHMARKS_MD = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
@@ -62,3 +64,10 @@ def percentile(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def cli(doc: str, main: Callable[[bool], str]) -> None:
+    """Run a benchmark whose ``main(write)`` takes no options but ``--no-write``; print it."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--no-write", action="store_true", help="print, leave BENCHMARKS.md")
+    print(main(not parser.parse_args().no_write))

@@ -11,14 +11,13 @@ core each real-time stream takes.
 
 from __future__ import annotations
 
-import argparse
 import io
 import time
 
 import av
 import numpy as np
 
-from benchmarks._report import update_section
+from benchmarks._report import cli, update_section
 from pipecat_veena.audio import snr_db
 from pipecat_veena.server.encode import FORMATS, StreamEncoder, check_format
 
@@ -99,6 +98,4 @@ def main(write: bool) -> str:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--no-write", action="store_true")
-    print(main(not parser.parse_args().no_write))
+    cli(__doc__, main)

@@ -12,13 +12,12 @@ The engine's first BiCodec chunk is 4 frames (80 ms at 16 kHz; SNAC's first is 1
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 import soxr
 
-from benchmarks._report import update_section
+from benchmarks._report import cli, update_section
 from pipecat_veena.resample import StreamResampler
 
 CASES = [(16000, r) for r in (8000, 16000, 22050, 24000, 44100, 48000)] + [(24000, 8000)]
@@ -103,6 +102,4 @@ def main(write: bool) -> str:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--no-write", action="store_true")
-    print(main(not parser.parse_args().no_write))
+    cli(__doc__, main)
