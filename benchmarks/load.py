@@ -145,7 +145,6 @@ async def run_level(
     }
 
 
-
 def summarize(
     results: list[CallResult],
     *,

@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import ray_local  # noqa: E402
 
 from benchmarks._load_calls import CallPlan  # noqa: E402
-from benchmarks._report import update_section  # noqa: E402
-from benchmarks.load import _pct, run_level, spawned_server  # noqa: E402
+from benchmarks._report import percentile, update_section  # noqa: E402
+from benchmarks.load import run_level, spawned_server  # noqa: E402
 from pipecat_veena.protocol import STREAM_PATH, parse_server_message  # noqa: E402
 
 TEXTS = [
@@ -79,10 +79,10 @@ async def transport_rounds(url: str, rounds: int) -> dict[str, list[float]]:
 def _transport_summary(rounds: dict[str, list[float]]) -> dict[str, float]:
     transport = [c - s for c, s in zip(rounds["client"], rounds["server"], strict=True)]
     return {
-        "ttfa_p50": _pct(rounds["client"], 0.5),
-        "server_ttfa_p50": _pct(rounds["server"], 0.5),
-        "transport_p50": _pct(transport, 0.5),
-        "transport_p95": _pct(transport, 0.95),
+        "ttfa_p50": percentile(rounds["client"], 0.5),
+        "server_ttfa_p50": percentile(rounds["server"], 0.5),
+        "transport_p50": percentile(transport, 0.5),
+        "transport_p95": percentile(transport, 0.95),
         "n": len(transport),
     }
 

@@ -26,7 +26,7 @@ FIRST_MS = 80
 
 def _signal(rate: int, seconds: float = 2.0) -> np.ndarray:
     t = np.arange(int(rate * seconds)) / rate
-    return (0.3 * np.sin(2 * np.pi * 440 * t) + 0.2 * np.sin(2 * np.pi * (1000 * t + 500 * t * t)))
+    return 0.3 * np.sin(2 * np.pi * 440 * t) + 0.2 * np.sin(2 * np.pi * (1000 * t + 500 * t * t))
 
 
 def _first_ms(make, rate_in: int, rate_out: int) -> float:

@@ -74,7 +74,6 @@ class SemanticCounter(ForwardingGenerator):
                 yield delta
 
 
-
 async def _first_audio_s(stream) -> float:
     start = time.perf_counter()
     async with aclosing(stream) as chunks:

@@ -35,7 +35,6 @@ TEXTS = [
 ]
 
 
-
 async def _round(engine: VeenaEngine, n: int, rate: int, out: Path, seed: int) -> dict:
     before = engine._batcher.stats()
     results = await asyncio.gather(
