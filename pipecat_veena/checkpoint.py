@@ -9,11 +9,9 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipecat_veena.demo.build import DEMO_KINDS, MARKER
 from pipecat_veena.errors import CheckpointError
 
 _SNAC_DIRS = ("snac_24khz", "snac", "SNAC")
@@ -64,15 +62,3 @@ def detect_layout(path: str | Path) -> CheckpointLayout:
         f"{root}: not a known checkpoint layout; expected LLM/ + BiCodec/ (Spark-TTS-0.5B, "
         f"Veena3) or an LLM with a SNAC directory ({', '.join(_SNAC_DIRS)}) (Veena)"
     )
-
-
-def is_demo_checkpoint(path: str | Path) -> bool:
-    """Whether ``path`` is a demo checkpoint: its ``demo.json`` names a demo kind.
-
-    Demo checkpoints (``pipecat-veena build-demo``) have random weights: sound, not words.
-    """
-    try:
-        marker = json.loads((Path(path) / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(marker, dict) and marker.get("name") in DEMO_KINDS

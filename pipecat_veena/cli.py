@@ -132,7 +132,7 @@ def _server_settings(args: argparse.Namespace) -> object:
 
 
 async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: object) -> int:
-    from pipecat_veena.checkpoint import is_demo_checkpoint
+    from pipecat_veena.demo import is_demo_checkpoint
     from pipecat_veena.engine import EngineConfig, VeenaEngine
     from pipecat_veena.server import ServerHandle, create_app
     from pipecat_veena.server.runner import serve_until_signalled

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 from server_fakes import FakeSpeechEngine
 
-from pipecat_veena.checkpoint import is_demo_checkpoint
+from pipecat_veena.demo import is_demo_checkpoint
 from pipecat_veena.server import ServerHandle, ServerSettings, create_app
 from pipecat_veena.server.playground import ASSETS_PATH, STATIC_DIR
 

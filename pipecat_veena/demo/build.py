@@ -75,11 +75,27 @@ def _build_key(name: str, steps: dict[str, int]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _is_current(path: Path, key: str) -> bool:
+def _marker(path: str | Path) -> dict | None:
+    """The ``demo.json`` of a checkpoint directory; None when there is none or it is not one."""
     try:
-        return json.loads((path / MARKER).read_text())["key"] == key
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+        marker = json.loads((Path(path) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def _is_current(path: Path, key: str) -> bool:
+    marker = _marker(path)
+    return marker is not None and marker.get("key") == key
+
+
+def is_demo_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` is a demo checkpoint: its ``demo.json`` names a demo kind.
+
+    Demo checkpoints (``pipecat-veena build-demo``) have random weights: sound, not words.
+    """
+    marker = _marker(path)
+    return marker is not None and marker.get("name") in DEMO_KINDS
 
 
 def _cached(home: Path, name: str, key: str, force: bool, build: Callable[[Path], None]) -> Path:
