@@ -12,13 +12,12 @@ from __future__ import annotations
 import re
 
 from pipecat_veena.normalize import numbers as nw
-from pipecat_veena.normalize.patterns import DIGIT_CONTEXT_LEFT
+from pipecat_veena.normalize.patterns import DIGIT_CONTEXT_LEFT, text_before
 from pipecat_veena.normalize.tables import WORDS
 
 #: Digits of an Indian landline with its trunk 0: STD code (0 and 2-4 digits) and subscriber
 #: number (6-8 digits) make 11.
 _LANDLINE_DIGITS = 11
-_CONTEXT_CHARS = 40
 
 _GROUP_SPLIT = re.compile(r"[\s()-]+")
 
@@ -84,7 +83,7 @@ def spaced_groups(m: re.Match, lang: str) -> str | None:
         len(groups) >= 3
         or groups[0][0] == "0"
         or all(len(g) >= 5 for g in groups)
-        or DIGIT_CONTEXT_LEFT.search(m.string[max(0, m.start() - _CONTEXT_CHARS) : m.start()])
+        or DIGIT_CONTEXT_LEFT.search(text_before(m))
     ):
         return None
     return nw.digit_groups(groups, lang)

@@ -105,6 +105,20 @@ def _words(words: list[str]) -> str:
     return alternation(words)
 
 
+#: How far the rules look either side of a number for the words that decide its reading.
+CONTEXT_CHARS = 40
+
+
+def text_before(m: re.Match) -> str:
+    """The ``CONTEXT_CHARS`` of text just before a match (what DIGIT_CONTEXT_LEFT reads)."""
+    return m.string[max(0, m.start() - CONTEXT_CHARS) : m.start()]
+
+
+def text_after(m: re.Match) -> str:
+    """The ``CONTEXT_CHARS`` of text just after a match (what DIGIT_CONTEXT_RIGHT reads)."""
+    return m.string[m.end() : m.end() + CONTEXT_CHARS]
+
+
 #: Left context (ends right before the number) that makes it a code read digit by digit.
 DIGIT_CONTEXT_LEFT = re.compile(
     rf"{B0}(?i:{_words(DIGIT_CONTEXT)})\.?(?:[\s:#.\-]+{_words(DIGIT_FILLERS)}{B1})*[\s:#.\-]*$"

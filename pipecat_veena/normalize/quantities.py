@@ -23,6 +23,8 @@ from pipecat_veena.normalize.patterns import (
     YEAR_RIGHT,
     is_indian_grouping,
     parse_number,
+    text_after,
+    text_before,
 )
 from pipecat_veena.normalize.tables import (
     CURRENCY_PREFIX,
@@ -36,7 +38,6 @@ from pipecat_veena.normalize.tables import (
     nfc,
 )
 
-_CONTEXT_CHARS = 40
 _POSTPOSITION = re.compile(rf"\s*{POSTPOSITION}")
 
 
@@ -98,13 +99,11 @@ def plain_number(m: re.Match, lang: str) -> str | None:
     """A number standing alone: a code (digit by digit), a year, a cardinal or a decimal."""
     raw, neg = m["n"], m["n_neg"]
     int_part, frac, grouped = parse_number(raw)
-    text, start, end = m.string, m.start(), m.end()
     if not int_part:  # .5
         return _minus(f"{WORDS[lang]['point']} {nw.digits(frac or '', lang)}", neg, lang)
     if not (grouped or frac or neg):
         n = len(int_part)
-        before = text[max(0, start - _CONTEXT_CHARS) : start]
-        after = text[end : end + _CONTEXT_CHARS]
+        before, after = text_before(m), text_after(m)
         coded = before.endswith("#") or DIGIT_CONTEXT_LEFT.search(before)
         if n >= 3 and (coded or DIGIT_CONTEXT_RIGHT.match(after)):
             return nw.digit_groups(nw.group_digits(int_part), lang)
