@@ -124,9 +124,11 @@ class FakeSpeechEngine:
 
 
 @asynccontextmanager
-async def serving(engine, settings: ServerSettings | None = None, *, owns_engine: bool = False):
+async def serving(
+    engine, settings: ServerSettings | None = None, *, owns_engine: bool = False, demo: bool = False
+):
     """Serve ``engine`` on a free loopback port for the duration of the block."""
-    handle = ServerHandle(create_app(engine, settings, owns_engine=owns_engine))
+    handle = ServerHandle(create_app(engine, settings, owns_engine=owns_engine, demo=demo))
     await handle.start()
     try:
         await handle.state.wait_started()

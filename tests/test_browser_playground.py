@@ -14,7 +14,6 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -23,10 +22,10 @@ import pytest
 import pytest_asyncio
 from browser import ARTIFACTS, open_page, save_artifact
 from recording import RecordingGenerator
-from server_fakes import RATE, FakeSpeechEngine
+from server_fakes import RATE, FakeSpeechEngine, serving
 
 from pipecat_veena.engine import AudioChunk, EngineConfig, VeenaEngine
-from pipecat_veena.server import ServerHandle, ServerSettings, create_app
+from pipecat_veena.server import ServerHandle, ServerSettings
 
 pytestmark = pytest.mark.browser
 
@@ -46,20 +45,6 @@ async def real(spark_tiny_checkpoint, spark_generator) -> AsyncIterator[Any]:
         yield engine, recorder
     finally:
         await engine.shutdown()
-
-
-@asynccontextmanager
-async def served(
-    engine: Any, settings: ServerSettings | None = None, *, demo: bool = True
-) -> AsyncIterator[ServerHandle]:
-    """The speech server over ``engine`` on a free loopback port (the engine is not its own)."""
-    handle = ServerHandle(create_app(engine, settings, owns_engine=False, demo=demo))
-    await handle.start()
-    try:
-        await handle.state.wait_started()
-        yield handle
-    finally:
-        await handle.stop()
 
 
 # -- reading the page ------------------------------------------------------------------------
@@ -152,7 +137,7 @@ def samples_of(engine: VeenaEngine, recorder: RecordingGenerator, request_id: st
 @pytest.mark.vllm
 async def test_hindi_text_streams_into_the_page(chromium, real):
     engine, recorder = real
-    async with served(engine) as server, open_page(chromium) as browser_page:
+    async with serving(engine, demo=True) as server, open_page(chromium) as browser_page:
         page = browser_page.page
         measured: dict[str, Any] = {}
         try:
@@ -188,7 +173,7 @@ async def test_hindi_text_streams_into_the_page(chromium, real):
 @pytest.mark.vllm
 async def test_stop_cancels_on_the_server(chromium, real):
     engine, _ = real
-    async with served(engine) as server, open_page(chromium) as browser_page:
+    async with serving(engine, demo=True) as server, open_page(chromium) as browser_page:
         page = browser_page.page
         await open_playground(page, server.url)
         await speak(page, LONG_HINDI)
@@ -213,7 +198,7 @@ async def test_stop_cancels_on_the_server(chromium, real):
 async def test_api_key(chromium, real):
     engine, _ = real
     settings = ServerSettings(api_keys={KEY: "playground"})
-    async with served(engine, settings) as server, open_page(chromium) as browser_page:
+    async with serving(engine, settings, demo=True) as server, open_page(chromium) as browser_page:
         page = browser_page.page
         await open_playground(page, server.url, expect_voices=False)
         assert "needs an API key" in await page.inner_text("#message")
@@ -254,7 +239,7 @@ class SilentEngine(FakeSpeechEngine):
     ids=["nothing", "silence"],
 )
 async def test_the_audio_check_fails_without_audio(chromium, make_engine):
-    async with served(make_engine(), demo=False) as server, open_page(chromium) as browser_page:
+    async with serving(make_engine()) as server, open_page(chromium) as browser_page:
         page = browser_page.page
         await open_playground(page, server.url)
         assert await page.is_hidden("#demo")
@@ -267,7 +252,7 @@ async def test_the_audio_check_fails_without_audio(chromium, make_engine):
 
 async def test_the_audio_check_passes_on_a_tone(chromium):
     engine = FakeSpeechEngine(chunks=5, chunk_samples=RATE // 10)
-    async with served(engine, demo=False) as server, open_page(chromium) as browser_page:
+    async with serving(engine) as server, open_page(chromium) as browser_page:
         page = browser_page.page
         await open_playground(page, server.url)
         await speak(page, "A tone.")
@@ -281,7 +266,7 @@ async def test_the_audio_check_passes_on_a_tone(chromium):
 async def test_underruns_are_counted_and_every_sample_plays(chromium):
     # 0.1 s of audio every 0.4 s: the player runs dry after each chunk it starts on.
     engine = FakeSpeechEngine(chunks=4, chunk_samples=RATE // 10, delay=0.4)
-    async with served(engine, demo=False) as server, open_page(chromium) as browser_page:
+    async with serving(engine) as server, open_page(chromium) as browser_page:
         page = browser_page.page
         await open_playground(page, server.url)
         await speak(page, "A slow tone.")
