@@ -47,32 +47,47 @@ def local_cluster(*, num_cpus: int = 2, env: dict[str, str] | None = None) -> It
     from ray import serve
 
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = {p.pid for p in psutil.Process().children()}
     ray.init(
         num_cpus=num_cpus,
         include_dashboard=False,
         log_to_driver=False,
         runtime_env={"env_vars": {"PYTHONPATH": path, **(env or {})}},
     )
+    # Ray's own processes (GCS, raylet, ...): the children ray.init started. Other children of
+    # this process (a test's engine started while the cluster runs) are not Ray's to end.
+    roots = [p for p in psutil.Process().children() if p.pid not in before]
     try:
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         yield port
     finally:
+        ray_processes = _tree(roots)  # workers, replicas and their vLLM EngineCores included
         try:
             serve.shutdown()
         finally:
             ray.shutdown()
-            _check_nothing_left(before)
+            _check_nothing_left(ray_processes)
 
 
-def _check_nothing_left(before: set[int]) -> None:
-    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    _, alive = psutil.wait_procs(left, timeout=20)
+def _tree(roots: list[psutil.Process]) -> dict[int, psutil.Process]:
+    """The live processes among ``roots`` and their descendants, by pid."""
+    found = {}
+    for root in roots:
+        try:
+            found.update({p.pid: p for p in [root, *root.children(recursive=True)]})
+        except psutil.Error:
+            continue
+    return found
+
+
+def _check_nothing_left(ray_processes: dict[int, psutil.Process]) -> None:
+    described = {pid: _describe(p) for pid, p in ray_processes.items()}
+    _, alive = psutil.wait_procs(list(ray_processes.values()), timeout=30)
     alive = [p for p in alive if _status(p) not in (psutil.STATUS_ZOMBIE, "")]
     for p in alive:
         p.kill()
-    assert not alive, f"Ray left processes behind: {[_describe(p) for p in alive]}"
+    assert not alive, f"Ray left processes behind: {[described[p.pid] for p in alive]}"
 
 
 def deploy(args: dict[str, Any], *, replicas: int, **options: Any) -> None:
