@@ -11,15 +11,19 @@ core each real-time stream takes.
 
 from __future__ import annotations
 
-import io
+import sys
 import time
+from pathlib import Path
 
-import av
 import numpy as np
 
-from benchmarks._report import cli, update_section
-from pipecat_veena.audio import snr_db
-from pipecat_veena.server.encode import FORMATS, StreamEncoder, check_format
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from decoded import decode  # noqa: E402
+
+from benchmarks._report import cli, update_section  # noqa: E402
+from pipecat_veena.audio import snr_db  # noqa: E402
+from pipecat_veena.server.encode import FORMATS, StreamEncoder, check_format  # noqa: E402
 
 RATE = 24000
 CHUNK = RATE * 80 // 1000
@@ -35,11 +39,7 @@ def _signal() -> np.ndarray:
 def _decode(data: bytes, name: str) -> np.ndarray:
     if name == "pcm":
         return np.frombuffer(data, "<i2").astype(np.float32) / 32768.0
-    resampler = av.AudioResampler(format="flt", layout="mono", rate=RATE)
-    with av.open(io.BytesIO(data)) as container:
-        frames = [r for f in container.decode(audio=0) for r in resampler.resample(f)]
-    frames += resampler.resample(None)
-    return np.concatenate([f.to_ndarray().reshape(-1) for f in frames])
+    return decode(data, RATE)
 
 
 def measure(name: str, repeats: int = 3) -> dict[str, float]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import json
 import os
 import signal
@@ -27,6 +26,7 @@ import openai
 import psutil
 import pytest
 import pytest_asyncio
+from decoded import decoded_samples
 from pipecat.frames.frames import (
     ErrorFrame,
     InterruptionFrame,
@@ -80,14 +80,6 @@ def _samples_of(engine: VeenaEngine, recorder: RecordingGenerator, rids) -> int:
 
 #: What an mp3 stream decodes to beyond its PCM: the encoder's delay and last-frame padding.
 MP3_SLACK = 2400
-
-
-def _decoded_samples(data: bytes) -> int:
-    """Samples at 24 kHz that a compressed response decodes to."""
-    import av
-
-    with av.open(io.BytesIO(data)) as container:
-        return sum(f.samples * 24000 // f.sample_rate for f in container.decode(audio=0))
 
 
 def _requests_of(recorder: RecordingGenerator, prefix: str) -> list[str]:
@@ -180,7 +172,7 @@ async def test_openai_python_client_streams_pcm_and_sse(real):
         mp3 = await response.read()
         rid = response.headers["x-request-id"]
     native = _samples_of(engine, recorder, _requests_of(recorder, rid))
-    assert native * 3 // 2 <= _decoded_samples(mp3) <= native * 3 // 2 + MP3_SLACK
+    assert native * 3 // 2 <= decoded_samples(mp3, 24000) <= native * 3 // 2 + MP3_SLACK
     with pytest.raises(openai.BadRequestError, match="response_format 'ogg' is not supported"):
         await client.audio.speech.create(
             model="tts-1", voice="alloy", input="Hi", response_format="ogg"
