@@ -20,6 +20,7 @@ from loguru import logger
 from pipecat_veena.engine import AudioChunk, EngineConfig, VeenaEngine
 from pipecat_veena.errors import EngineNotRunningError
 from pipecat_veena.generation.vllm_local import check_spawn_safe, install_exit_hooks
+from pipecat_veena.tasks import cancel_and_wait
 
 
 @dataclass(frozen=True)
@@ -205,10 +206,7 @@ class EngineThread:
             self._loop.close()
 
     async def _stop(self) -> None:
-        producers = list(self._producers)
-        for task in producers:
-            task.cancel()
-        await asyncio.gather(*producers, return_exceptions=True)
+        await cancel_and_wait(*self._producers)
         await self.engine.shutdown()
 
 

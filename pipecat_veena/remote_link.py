@@ -32,6 +32,7 @@ from pipecat_veena.protocol import (
     parse_server_message,
     to_json,
 )
+from pipecat_veena.tasks import cancel_and_wait
 
 #: Redial delays after a dropped connection: doubling from the first to the last.
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.1, 5.0
@@ -265,6 +266,4 @@ class Link:
         ws = self._ws
         if ws is not None:
             await ws.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(*self._tasks)

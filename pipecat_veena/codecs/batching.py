@@ -21,6 +21,7 @@ from loguru import logger
 
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow
 from pipecat_veena.errors import EngineNotRunningError
+from pipecat_veena.tasks import cancel_and_wait
 
 
 @dataclass
@@ -101,8 +102,7 @@ class DecodeBatcher:
         """Stop collecting, fail waiting decodes, and join the worker thread (idempotent)."""
         self._closed = True
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait(self._task)
             self._task = None
         self._fail_all(EngineNotRunningError("the decoder closed: the engine shut down"))
         await asyncio.to_thread(self._executor.shutdown, True)

@@ -30,6 +30,7 @@ from pipecat_veena.errors import (
     GenerationError,
 )
 from pipecat_veena.generation.base import SamplingOptions, TokenDelta, TokenGenerator
+from pipecat_veena.tasks import cancel_and_wait
 
 #: KV cache given to the CPU backend when the caller sets none (ample for tens of streams).
 _CPU_KV_CACHE_BYTES = 512 * 2**20
@@ -332,9 +333,8 @@ class VllmGenerator(TokenGenerator):
         # Stop vLLM's output handler first: left running while EngineCore exits, it reports the
         # exit as an engine failure (a spurious ERROR with a traceback).
         handler = getattr(self._llm, "output_handler", None)
-        if handler is not None and not handler.done():
-            handler.cancel()
-            await asyncio.gather(handler, return_exceptions=True)
+        if handler is not None:
+            await cancel_and_wait(handler)
         await asyncio.to_thread(self.shutdown_sync)
 
     def shutdown_sync(self) -> None:

@@ -17,6 +17,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from pipecat_veena.server.speech import SpeechRun
+from pipecat_veena.tasks import cancel_and_wait
 
 #: Chunks the pump may hold ahead of the client (engine chunks are 20 ms to a few 100 ms).
 PUMP_CHUNKS = 16
@@ -88,9 +89,7 @@ class AudioPump:
 
     async def close(self, outcome: str) -> None:
         """Stop the producer if it still runs and release the utterance's slot."""
-        if not self._task.done():
-            self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
+        await cancel_and_wait(self._task)
         self.run.close(outcome)
 
 

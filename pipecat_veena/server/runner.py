@@ -21,6 +21,7 @@ from loguru import logger
 
 from pipecat_veena.protocol import STREAM_PATH
 from pipecat_veena.server.state import SpeechServer
+from pipecat_veena.tasks import cancel_and_wait
 
 #: uvicorn's hard cap on one WebSocket message, as a multiple of the app's own cap (messages in
 #: between get a clear ``message_too_large`` error; beyond it uvicorn closes with 1009).
@@ -178,9 +179,7 @@ async def serve_until_signalled(handle: ServerHandle, *, on_ready: Any = None) -
         handle.force_exit()
         await state.drain(deadline_s=0.001)
         await stopping
-    for task in (started, first_signal, second_signal):
-        task.cancel()
-    await asyncio.gather(started, first_signal, second_signal, return_exceptions=True)
+    await cancel_and_wait(started, first_signal, second_signal)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.remove_signal_handler(sig)
     return status

@@ -15,6 +15,7 @@ from pipecat_veena.protocol import ErrorCode, ProtocolError
 from pipecat_veena.server.limits import StreamSlots
 from pipecat_veena.server.metrics import ServerMetrics
 from pipecat_veena.server.settings import OPENAI_FEMALE, OPENAI_VOICES, ServerSettings
+from pipecat_veena.tasks import cancel_and_wait
 from pipecat_veena.text import is_speakable
 
 if TYPE_CHECKING:
@@ -113,9 +114,8 @@ class SpeechServer:
         """Cancel what is in flight and stop the engine if this app owns it."""
         self.ready = False
         self.metrics.ready.set(0)
-        if self._start_task is not None and not self._start_task.done():
-            self._start_task.cancel()
-            await asyncio.gather(self._start_task, return_exceptions=True)
+        if self._start_task is not None:
+            await cancel_and_wait(self._start_task)
         await self._cancel_all(ErrorCode.SERVER_DRAINING, grace_s=5.0)
         if self.owns_engine:
             await self.engine.shutdown()

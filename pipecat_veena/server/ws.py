@@ -32,6 +32,7 @@ from pipecat_veena.protocol import (
 from pipecat_veena.server.limits import authenticate
 from pipecat_veena.server.state import SpeechServer
 from pipecat_veena.server.ws_utterance import WsUtterance
+from pipecat_veena.tasks import cancel_and_wait, wait_ended
 
 #: Close codes: policy (bad key), try again later (starting, draining), normal (idle).
 CLOSE_POLICY, CLOSE_TRY_LATER, CLOSE_NORMAL = 1008, 1013, 1000
@@ -112,10 +113,11 @@ class Connection:
             utterances = list(self.utterances.values())
             for utterance in utterances:
                 utterance.stop("gone")
-            await asyncio.gather(receiver, *(u.task for u in utterances), return_exceptions=True)
-            sender.cancel()
-            await asyncio.gather(sender, return_exceptions=True)
-            metrics.connections.dec()
+            try:  # the sender last: utterances ending may still queue messages
+                await wait_ended(receiver, *(u.task for u in utterances))
+            finally:
+                metrics.connections.dec()
+                await cancel_and_wait(sender)
         if reason == "idle":
             idle = Error(
                 ErrorCode.IDLE_TIMEOUT,
