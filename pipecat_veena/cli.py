@@ -122,6 +122,9 @@ def _server_settings(args: argparse.Namespace) -> object:
         api_keys=read_api_keys(args.api_key_file) if args.api_key_file else {},
         max_streams=args.max_streams,
         max_streams_per_key=args.max_streams_per_key,
+        max_streams_per_anonymous_client=args.max_streams_per_anonymous_client or None,
+        max_open_utterances=args.max_open_utterances,
+        open_utterance_timeout_s=args.open_utterance_timeout,
         max_text_chars=args.max_text_chars,
         max_message_bytes=args.max_message_bytes,
         idle_timeout_s=args.idle_timeout,
@@ -251,6 +254,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="utterances in flight, in total")
     srv.add_argument("--max-streams-per-key", type=int, default=limits.max_streams_per_key,
                      help="utterances in flight per API key (None: no per-key cap)")
+    srv.add_argument("--max-streams-per-anonymous-client", type=int,
+                     default=limits.max_streams_per_anonymous_client,
+                     help="without API keys: utterances in flight per client address (0: no cap)")
+    srv.add_argument("--max-open-utterances", type=int, default=limits.max_open_utterances,
+                     help="utterances still taking text (final false) per WebSocket")
+    srv.add_argument("--open-utterance-timeout", type=float,
+                     default=limits.open_utterance_timeout_s,
+                     help="seconds an utterance taking text may wait for text before it ends")
     srv.add_argument("--max-text-chars", type=int, default=limits.max_text_chars,
                      help="longest text of one utterance")
     srv.add_argument("--max-message-bytes", type=int, default=limits.max_message_bytes,

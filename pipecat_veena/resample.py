@@ -14,12 +14,18 @@ Letters: L / M the reduced up / down factors (out_rate / in_rate = L / M); T tap
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Iterable
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE
+
+#: Filter banks kept for reuse, one per (up, down, half, beta): a stream at a given pair of
+#: rates builds its bank once per process, not once per stream.
+_BANKS_KEPT = 32
 
 #: Up to this many phases, outputs are computed phase by phase (BLAS matrix-vector products);
 #: beyond it, per-output dot products are cheaper than a Python loop over phases.
@@ -117,8 +123,11 @@ class StreamResampler:
         return np.clip(np.rint(y), -32768, 32767).astype("<i2").tobytes()
 
 
+@functools.lru_cache(maxsize=_BANKS_KEPT)
 def _filter_bank(up: int, down: int, half: int, beta: float) -> np.ndarray:
     """Polyphase bank (L, T): row p weights inputs at offsets -half..half for phase p.
+
+    Cached (one per rate pair and shape) and read-only: every stream at that pair shares it.
 
     Output n at input time t = n*M/L, with phase p = n*M mod L, takes the inputs at
     floor(t) + k (k in -half..half), each weighted by a Kaiser-windowed sinc of its distance
@@ -132,7 +141,19 @@ def _filter_bank(up: int, down: int, half: int, beta: float) -> np.ndarray:
     w = np.i0(beta * np.sqrt(np.clip(1.0 - (dist / radius) ** 2, 0.0, None))) / np.i0(beta)
     bank = 2 * cutoff * np.sinc(2 * cutoff * dist) * w
     bank /= bank.sum(axis=1, keepdims=True)  # unity gain at DC for every phase
-    return bank.astype(np.float32)
+    bank = bank.astype(np.float32)
+    bank.flags.writeable = False
+    return bank
+
+
+def prepare_banks(in_rate: int, out_rates: Iterable[int]) -> None:
+    """Build and keep the filter banks of streams from ``in_rate`` to each of ``out_rates``.
+
+    A bank takes up to tens of milliseconds to build (441 phases at 16 -> 11.025 kHz); a server
+    calls this off its event loop at start, so that no stream builds one on the loop.
+    """
+    for rate in out_rates:
+        StreamResampler(in_rate, rate)
 
 
 def resample_bytes(pcm: bytes, in_rate: int, out_rate: int) -> bytes:
@@ -142,4 +163,4 @@ def resample_bytes(pcm: bytes, in_rate: int, out_rate: int) -> bytes:
 
 
 #: Bytes per int16 sample, re-exported for callers that size buffers.
-__all__ = ["BYTES_PER_SAMPLE", "StreamResampler", "resample_bytes"]
+__all__ = ["BYTES_PER_SAMPLE", "StreamResampler", "prepare_banks", "resample_bytes"]

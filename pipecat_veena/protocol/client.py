@@ -11,8 +11,10 @@ from pipecat_veena.protocol.codes import ErrorCode, ProtocolError
 
 #: Where the server takes WebSocket connections.
 STREAM_PATH = "/v1/audio/stream"
-#: Output rates a ``speak`` may ask for (the engine's rate when it asks for none).
-MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8000, 48000
+#: Output rates a ``speak`` may ask for (the engine's rate when it asks for none): the usual
+#: audio rates (those of MPEG audio). A list rather than a range: the resampler's filter bank
+#: has out_rate / gcd(in_rate, out_rate) rows, 441 at most for these, 47999 for 47999 Hz.
+SAMPLE_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
 #: Utterance ids: 1-64 characters of A-Z a-z 0-9 . _ : -
 MAX_ID_LENGTH = 64
 _ID = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
@@ -173,14 +175,24 @@ def parse_client_message(text: str) -> ClientMessage:
     if kind == "speak":
         fields["options"] = check_option_types(fields.get("options") or {}, uid)
         rate = fields.get("sample_rate")
-        if rate is not None and not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
-            raise ProtocolError(
-                ErrorCode.BAD_MESSAGE,
-                f"speak: 'sample_rate' must be in [{MIN_SAMPLE_RATE}, {MAX_SAMPLE_RATE}] Hz, "
-                f"got {rate}",
-                uid,
-            )
+        if rate is not None:
+            check_sample_rate(rate, "speak: 'sample_rate'", uid)
     return _CLIENT_TYPES[kind](**fields)
+
+
+def check_sample_rate(rate: int, where: str, ref: str | None = None) -> None:
+    """Check an output rate against ``SAMPLE_RATES``.
+
+    Raises:
+        ProtocolError: ``unsupported_sample_rate``, naming the rates that work.
+    """
+    if rate not in SAMPLE_RATES:
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED_SAMPLE_RATE,
+            f"{where} {rate} Hz is not supported; use one of "
+            f"{', '.join(map(str, SAMPLE_RATES))} (or leave it out for the server's rate)",
+            ref,
+        )
 
 
 def check_option_types(options: dict[str, Any], ref: str | None = None) -> dict[str, Any]:

@@ -36,6 +36,9 @@ class ErrorCode:
     UNKNOWN_ID = "unknown_id"
     # one utterance (it ends)
     TEXT_TOO_LONG = "text_too_long"
+    UNSUPPORTED_SAMPLE_RATE = "unsupported_sample_rate"
+    TOO_MANY_OPEN_UTTERANCES = "too_many_open_utterances"
+    TEXT_TIMEOUT = "text_timeout"
     UNKNOWN_VOICE = "unknown_voice"
     BAD_OPTIONS = "bad_options"
     TOO_MANY_STREAMS = "too_many_streams"
@@ -118,6 +121,7 @@ def error_for(code: str, message: str) -> Exception:
         return GenerationError(message)
     if code in _CONNECTION_CODES:
         return ServerUnavailableError(message, code=code)
-    if code in (ErrorCode.BAD_OPTIONS, ErrorCode.TEXT_TOO_LONG, ErrorCode.BAD_MESSAGE):
+    if code in (ErrorCode.BAD_OPTIONS, ErrorCode.TEXT_TOO_LONG, ErrorCode.BAD_MESSAGE,
+                ErrorCode.UNSUPPORTED_SAMPLE_RATE):  # fmt: skip
         return RemoteInputError(message, code=code)
     return RemoteError(message, code=code, retryable=code in RETRYABLE)

@@ -18,10 +18,11 @@ import numpy as np
 from loguru import logger
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE
+from pipecat_veena.protocol import SAMPLE_RATES
 from pipecat_veena.server.audio_out import wav_header
 
-#: Sample rates of MPEG audio (mp3 and aac take these, and nothing in between).
-_MPEG_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
+#: Sample rates of MPEG audio (mp3 and aac take these, and nothing in between): the served rates.
+_MPEG_RATES = SAMPLE_RATES
 
 
 @dataclass(frozen=True)

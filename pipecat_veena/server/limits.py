@@ -6,6 +6,8 @@ import asyncio
 import hmac
 from collections import Counter
 
+from starlette.requests import HTTPConnection
+
 from pipecat_veena.protocol import ErrorCode, ProtocolError
 from pipecat_veena.server.settings import ServerSettings
 
@@ -51,17 +53,28 @@ def authenticate(settings: ServerSettings, authorization: str | None, query_key:
     )
 
 
+def client_address(connection: HTTPConnection) -> str | None:
+    """The caller's address (an HTTP request or a WebSocket), as uvicorn reports it."""
+    return connection.client.host if connection.client else None
+
+
 class StreamSlots:
     """Counts utterances in flight, in total and per key, and refuses those over the caps.
 
+    A server without keys has one key for everyone (``anonymous``): there the per-key cap is
+    replaced by a cap per client address, so that one client cannot take every slot.
+
     Args:
-        settings: the caps (``max_streams``, ``max_streams_per_key``).
+        settings: the caps (``max_streams``, ``max_streams_per_key``,
+            ``max_streams_per_anonymous_client``).
     """
 
     def __init__(self, settings: ServerSettings) -> None:
         self._total = settings.max_streams
         self._per_key = settings.max_streams_per_key if settings.api_keys else None
+        self._per_client = None if settings.api_keys else settings.max_streams_per_anonymous_client
         self._by_key: Counter[str] = Counter()
+        self._by_client: Counter[str] = Counter()
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -71,8 +84,8 @@ class StreamSlots:
         """Utterances in flight."""
         return self._active
 
-    def acquire(self, key: str) -> None:
-        """Take a slot for one utterance of ``key``.
+    def acquire(self, key: str, client: str | None = None) -> None:
+        """Take a slot for one utterance of ``key`` from address ``client`` (None: unknown).
 
         Raises:
             ProtocolError: ``too_many_streams``, naming the cap that was hit.
@@ -89,19 +102,35 @@ class StreamSlots:
                 f"API key '{key}' is at its cap of {self._per_key} concurrent streams; finish "
                 "or cancel one first",
             )
+        counted = self._per_client is not None and client is not None
+        if counted and self._by_client[client] >= self._per_client:
+            raise ProtocolError(
+                ErrorCode.TOO_MANY_STREAMS,
+                f"this server has no API keys and caps each client address at "
+                f"{self._per_client} concurrent streams (--max-streams-per-anonymous-client); "
+                "finish or cancel one first",
+            )
         self._active += 1
         self._by_key[key] += 1
+        if counted:
+            self._by_client[client] += 1
         self._idle.clear()
 
-    def release(self, key: str) -> None:
-        """Give back a slot taken with ``acquire``."""
+    def release(self, key: str, client: str | None = None) -> None:
+        """Give back a slot taken with ``acquire`` (the same ``key`` and ``client``)."""
         self._active -= 1
-        self._by_key[key] -= 1
-        if self._by_key[key] <= 0:
-            del self._by_key[key]
+        _decrement(self._by_key, key)
+        if self._per_client is not None and client is not None:
+            _decrement(self._by_client, client)
         if self._active == 0:
             self._idle.set()
 
     async def wait_idle(self) -> None:
         """Return once no utterance is in flight."""
         await self._idle.wait()
+
+
+def _decrement(counts: Counter[str], name: str) -> None:
+    counts[name] -= 1
+    if counts[name] <= 0:
+        del counts[name]

@@ -18,12 +18,11 @@ from fastapi.responses import JSONResponse, Response
 from loguru import logger
 
 from pipecat_veena.protocol import (
-    MAX_SAMPLE_RATE,
-    MIN_SAMPLE_RATE,
     OPTION_TYPES,
     ErrorCode,
     ProtocolError,
     check_option_types,
+    check_sample_rate,
     check_unicode,
     code_for,
     load_json,
@@ -31,7 +30,7 @@ from pipecat_veena.protocol import (
 from pipecat_veena.server.audio_out import sse_audio_delta, sse_audio_done, sse_event
 from pipecat_veena.server.encode import AudioFormat, StreamEncoder, check_format
 from pipecat_veena.server.http_stream import AudioPump, AudioStreamResponse, PumpStopped
-from pipecat_veena.server.limits import authenticate
+from pipecat_veena.server.limits import authenticate, client_address
 from pipecat_veena.server.settings import OPENAI_VOICES
 from pipecat_veena.server.speech import SpeechRun
 from pipecat_veena.server.state import SpeechServer
@@ -124,8 +123,7 @@ def parse_speech_request(body: bytes) -> SpeechRequest:
     rate = data.get("sample_rate", OPENAI_PCM_RATE)
     if isinstance(rate, bool) or not isinstance(rate, int):
         raise _bad("'sample_rate' must be an integer number of Hz")
-    if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
-        raise _bad(f"'sample_rate' must be in [{MIN_SAMPLE_RATE}, {MAX_SAMPLE_RATE}], got {rate}")
+    check_sample_rate(rate, "'sample_rate'")
     try:
         audio_format = check_format(fmt, rate)
     except ValueError as e:
@@ -159,7 +157,7 @@ async def speech(request: Request) -> Response:
         server.check_options(req.options)
         run = SpeechRun(
             server, api="http", key=key, voice=voice, options=req.options,
-            out_rate=req.sample_rate, cancel=lambda code: None,
+            out_rate=req.sample_rate, cancel=lambda code: None, client=client_address(request),
         )  # fmt: skip
     except ProtocolError as e:
         if e.code != ErrorCode.UNAUTHORIZED:

@@ -21,6 +21,7 @@ from loguru import logger
 
 from pipecat_veena.protocol import STREAM_PATH
 from pipecat_veena.server.state import SpeechServer
+from pipecat_veena.server.ws_protocol import bounded_ws_protocol
 from pipecat_veena.tasks import cancel_and_wait
 
 #: uvicorn's hard cap on one WebSocket message, as a multiple of the app's own cap (messages in
@@ -100,6 +101,10 @@ class ServerHandle:
             log_level=self._log_level,
             ws_max_size=settings.max_message_bytes * _WS_MAX_SIZE_FACTOR,
             ws_per_message_deflate=False,  # PCM does not compress; deflate only costs latency
+            ws=bounded_ws_protocol(
+                write_limit=settings.send_buffer_bytes,
+                close_grace_s=settings.slow_client_timeout_s,
+            ),
             timeout_graceful_shutdown=_UVICORN_GRACE_S,
             **extra,
         )

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from pipecat_veena.protocol import SAMPLE_RATES
+
 #: OpenAI's 13 built-in voice names (all its clients can send), by how they sound.
 OPENAI_FEMALE = ("alloy", "coral", "marin", "nova", "sage", "shimmer")
 OPENAI_MALE = ("ash", "ballad", "cedar", "echo", "fable", "onyx", "verse")
@@ -22,6 +24,15 @@ class ServerSettings:
             Empty: the server is open to anyone who can reach it (a warning is logged).
         max_streams: most utterances in flight on the whole server (HTTP and WebSocket).
         max_streams_per_key: most utterances in flight per API key (None: no per-key cap).
+        max_streams_per_anonymous_client: on a server without API keys, most utterances in
+            flight per client address (None: no cap), so that one client cannot take every
+            slot (``too_many_streams``). Behind a proxy the address is the one uvicorn's
+            ``--forwarded-allow-ips`` trusts from ``X-Forwarded-For``, else the proxy's.
+        max_open_utterances: most utterances sent with ``final: false`` that are still taking
+            text, per WebSocket connection (``too_many_open_utterances``).
+        open_utterance_timeout_s: an utterance still taking text that has nothing left to speak
+            and gets no text for this long ends (``text_timeout``); it no longer holds its
+            stream slot and keeps its connection from idling out forever.
         max_text_chars: longest text of one utterance (all its appended pieces together).
         max_message_bytes: longest WebSocket message or HTTP request body.
         idle_timeout_s: a WebSocket with no utterance in flight and no message for this long
@@ -40,6 +51,9 @@ class ServerSettings:
     api_keys: Mapping[str, str] = field(default_factory=dict)
     max_streams: int = 64
     max_streams_per_key: int | None = None
+    max_streams_per_anonymous_client: int | None = 32
+    max_open_utterances: int = 8
+    open_utterance_timeout_s: float = 60.0
     max_text_chars: int = 4096
     max_message_bytes: int = 64 * 1024
     idle_timeout_s: float = 300.0
@@ -49,24 +63,33 @@ class ServerSettings:
     voice_map: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_streams", "max_text_chars", "max_message_bytes", "send_buffer_bytes"):
+        for name in ("max_streams", "max_text_chars", "max_message_bytes", "send_buffer_bytes",
+                     "max_open_utterances"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_streams_per_key is not None and self.max_streams_per_key < 1:
-            raise ValueError(f"max_streams_per_key must be >= 1, got {self.max_streams_per_key}")
-        for name in ("idle_timeout_s", "slow_client_timeout_s", "drain_timeout_s"):
+        for name in ("max_streams_per_key", "max_streams_per_anonymous_client"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("idle_timeout_s", "slow_client_timeout_s", "drain_timeout_s",
+                     "open_utterance_timeout_s"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         object.__setattr__(self, "api_keys", MappingProxyType(dict(self.api_keys)))
 
-    def limits(self) -> dict[str, float | int | None]:
+    def limits(self) -> dict[str, float | int | list[int] | None]:
         """The limits a client should know (sent in the WebSocket ``ready`` message)."""
         return {
             "max_text_chars": self.max_text_chars,
             "max_message_bytes": self.max_message_bytes,
             "max_streams": self.max_streams,
             "max_streams_per_key": self.max_streams_per_key,
+            "max_streams_per_anonymous_client": (
+                None if self.api_keys else self.max_streams_per_anonymous_client
+            ),
+            "max_open_utterances": self.max_open_utterances,
+            "open_utterance_timeout_s": self.open_utterance_timeout_s,
             "idle_timeout_s": self.idle_timeout_s,
+            "sample_rates": list(SAMPLE_RATES),
         }
 
 

@@ -24,6 +24,7 @@ class SpeechRun:
         server: the server's shared state.
         api: "ws" or "http" (metrics label and request id prefix).
         key: the API key name (per-key stream cap).
+        client: the client's address (the per-client cap of a server without keys).
         voice: the resolved engine voice.
         options: sampling options, already checked.
         out_rate: the rate the client gets.
@@ -46,18 +47,21 @@ class SpeechRun:
         out_rate: int,
         cancel: Callable[[str], None],
         whole_text: bool = True,
+        client: str | None = None,
     ) -> None:
-        server.slots.acquire(key)
+        # the resampler first: a slot is taken only once nothing else here can fail
+        self.resampler = StreamResampler(server.engine.sample_rate, out_rate)
+        server.slots.acquire(key, client)
         self.server = server
         self.api = api
         self.key = key
+        self.client = client
         self.voice = voice
         self.options = options
         self.out_rate = out_rate
         self.cancel = cancel
         self.whole_text = whole_text
         self.request_id = server.new_request_id(api)
-        self.resampler = StreamResampler(server.engine.sample_rate, out_rate)
         self.tokens = 0
         self.samples = 0
         self.started = time.monotonic()
@@ -121,7 +125,7 @@ class SpeechRun:
             return
         self.closed = True
         metrics = self.server.metrics
-        self.server.slots.release(self.key)
+        self.server.slots.release(self.key, self.client)
         self.server.unregister(self)
         metrics.active_streams.labels(self.api).dec()
         metrics.requests.labels(self.api, outcome).inc()

@@ -11,7 +11,8 @@ from loguru import logger
 
 from pipecat_veena.errors import UnknownVoiceError
 from pipecat_veena.interface import SpeechEngine
-from pipecat_veena.protocol import ErrorCode, ProtocolError
+from pipecat_veena.protocol import SAMPLE_RATES, ErrorCode, ProtocolError
+from pipecat_veena.resample import prepare_banks
 from pipecat_veena.server.limits import StreamSlots
 from pipecat_veena.server.metrics import ServerMetrics
 from pipecat_veena.server.settings import OPENAI_FEMALE, OPENAI_VOICES, ServerSettings
@@ -73,6 +74,8 @@ class SpeechServer:
         try:
             await self.engine.start()
             self._setup_voices()
+            # every served rate's resampler bank, off the loop: no stream builds one on it
+            await asyncio.to_thread(prepare_banks, self.engine.sample_rate, SAMPLE_RATES)
         except Exception as e:
             self.failed = f"{type(e).__name__}: {e}"
             logger.error(f"speech server: the engine failed to start: {self.failed}")

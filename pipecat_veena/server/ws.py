@@ -29,7 +29,7 @@ from pipecat_veena.protocol import (
     parse_client_message,
     to_json,
 )
-from pipecat_veena.server.limits import authenticate
+from pipecat_veena.server.limits import authenticate, client_address
 from pipecat_veena.server.state import SpeechServer
 from pipecat_veena.server.ws_utterance import WsUtterance
 from pipecat_veena.tasks import cancel_and_wait, wait_ended
@@ -92,6 +92,7 @@ class Connection:
         self.ws = websocket
         self.server = server
         self.key = key
+        self.client = client_address(websocket)
         self.settings = server.settings
         self.outbox = Outbox(server.settings.send_buffer_bytes)
         self.utterances: dict[str, WsUtterance] = {}
@@ -239,11 +240,22 @@ class Connection:
             server.check_text(msg.text, msg.id)
             voice = server.resolve_voice(msg.voice)
             server.check_options(msg.options, msg.id)
+            if not msg.final:
+                self._check_open_cap()
             self.utterances[msg.id] = WsUtterance(self, msg, voice)
         except ProtocolError as e:
             server.metrics.requests.labels("ws", "rejected").inc()
             e.ref, e.ended = msg.id, True
             raise
+
+    def _check_open_cap(self) -> None:
+        cap = self.settings.max_open_utterances
+        if sum(not u.closed for u in self.utterances.values()) >= cap:
+            raise ProtocolError(
+                ErrorCode.TOO_MANY_OPEN_UTTERANCES,
+                f"this connection already has {cap} utterances taking text (final: false), "
+                "the server's cap (max_open_utterances); end one first",
+            )
 
 
 async def stream_endpoint(websocket: WebSocket) -> None:

@@ -60,6 +60,7 @@ class WsUtterance:
             server,
             api="ws",
             key=conn.key,
+            client=conn.client,
             voice=voice,
             options=msg.options,
             out_rate=msg.sample_rate or server.engine.sample_rate,
@@ -70,6 +71,7 @@ class WsUtterance:
         self.pending = ""
         self.chars = len(msg.text)
         self.closed = msg.final
+        self.text_at = time.monotonic()  # the last text (or the end of the last speaking)
         self.stop_reason: str | ProtocolError | None = None
         if msg.final:
             self.texts.put_nowait(msg.text)
@@ -90,6 +92,7 @@ class WsUtterance:
             ProtocolError: the utterance takes no more text (``final`` or ended).
         """
         self._check_open("append")
+        self.text_at = time.monotonic()
         self.chars += len(text)
         limit = self.conn.server.settings.max_text_chars
         if self.chars > limit:
@@ -113,6 +116,7 @@ class WsUtterance:
     def flush(self) -> None:
         """Speak the buffered text now, even without a sentence end."""
         self._check_open("flush")
+        self.text_at = time.monotonic()
         if self.pending.strip():
             self.texts.put_nowait(self.pending)
         self.pending = ""
@@ -126,6 +130,29 @@ class WsUtterance:
         self.flush()
         self.closed = True
         self.texts.put_nowait(None)
+
+    async def _next_text(self) -> str | None:
+        """The next segment to speak; None: the text is over.
+
+        While the utterance takes text, waiting longer than ``open_utterance_timeout_s`` since
+        the last text (or since it last had something to speak) ends it with ``text_timeout``.
+        """
+        if self.texts.qsize() or self.closed:
+            return await self.texts.get()
+        limit = self.conn.settings.open_utterance_timeout_s
+        self.text_at = max(self.text_at, time.monotonic())
+        while (left := self.text_at + limit - time.monotonic()) > 0:
+            try:
+                async with asyncio.timeout(left):
+                    return await self.texts.get()
+            except TimeoutError:
+                continue  # text came meanwhile without a segment to speak: wait on
+        raise ProtocolError(
+            ErrorCode.TEXT_TIMEOUT,
+            f"utterance {self.id!r} was sent with final false and got no text for {limit:g} s "
+            "(open_utterance_timeout_s); send 'end' when the text is over",
+            self.id,
+        )
 
     def _check_open(self, what: str) -> None:
         if self.closed:
@@ -192,7 +219,7 @@ class WsUtterance:
         outcome: str = "failed"
         final: Done | Error | None = None
         try:
-            while (text := await self.texts.get()) is not None:
+            while (text := await self._next_text()) is not None:
                 async for pcm in run.segment(text):
                     await conn.outbox.put(encode_audio_frame(self.id, run.tokens, pcm))
             tail = run.finish()
@@ -201,6 +228,9 @@ class WsUtterance:
             outcome, final = "completed", self._done("completed")
         except asyncio.CancelledError:
             outcome, final = self._stopped()
+        except ProtocolError as e:  # a limit of this utterance (text_timeout)
+            self.closed = True
+            final = Error(e.code, e.message, self.id, True)
         except Exception as e:
             code = code_for(e)
             if code == ErrorCode.INTERNAL:

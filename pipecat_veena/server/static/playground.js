@@ -10,8 +10,6 @@ const STREAM_PATH = "/v1/audio/stream";
 const WORKLET = "/playground/player-worklet.js";
 const PREBUFFER_S = 0.1; // audio held before playback starts (doubled after each underrun)
 const AUDIO_FRAME = 0x01;
-const MIN_RATE = 8000;
-const MAX_RATE = 48000;
 const INSECURE =
   "Browsers play streamed audio (an AudioWorklet) only on pages served over HTTPS or from " +
   "localhost: put the server behind TLS, or open it through a tunnel " +
@@ -304,8 +302,12 @@ async function speak() {
     const ready = await connect();
     const { ctx } = await ensureAudio(ready.sample_rate);
     const rate = ctx.sampleRate;
-    if (rate !== ready.sample_rate && (rate < MIN_RATE || rate > MAX_RATE)) {
-      throw new Error(`This browser cannot play ${ready.sample_rate} Hz audio.`);
+    const rates = ready.limits.sample_rates || [];
+    if (rate !== ready.sample_rate && !rates.includes(rate)) {
+      throw new Error(
+        `This browser plays ${rate} Hz audio; the server sends ${ready.sample_rate} Hz or ` +
+          `${rates.join(", ")} Hz.`,
+      );
     }
     const id = `u${++sequence}`;
     const message = { type: "speak", id, text, voice: $("voice").value || null, options };
