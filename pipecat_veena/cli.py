@@ -130,6 +130,11 @@ def _server_settings(args: argparse.Namespace) -> object:
         idle_timeout_s=args.idle_timeout,
         slow_client_timeout_s=args.slow_client_timeout,
         drain_timeout_s=args.drain_timeout,
+        max_connections=args.max_connections,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        max_header_bytes=args.max_header_bytes,
+        max_headers=args.max_headers,
         voice_map=parse_voice_map(args.voice_map) if args.voice_map else None,
     )
 
@@ -272,6 +277,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds a client may leave a message unread before it is dropped")
     srv.add_argument("--drain-timeout", type=float, default=limits.drain_timeout_s,
                      help="on SIGTERM, seconds in-flight streams get to finish")
+    srv.add_argument("--max-connections", type=int, default=limits.max_connections,
+                     help="open TCP connections (HTTP and WebSocket); one more gets a 503")
+    srv.add_argument("--header-timeout", type=float, default=limits.header_timeout_s,
+                     help="seconds for a request's headers to arrive whole (also closes "
+                          "connections that send nothing)")
+    srv.add_argument("--body-timeout", type=float, default=limits.body_timeout_s,
+                     help="seconds for an HTTP request body to arrive whole (else 408)")
+    srv.add_argument("--max-header-bytes", type=int, default=limits.max_header_bytes,
+                     help="longest request line plus headers (else 431)")
+    srv.add_argument("--max-headers", type=int, default=limits.max_headers,
+                     help="most header fields in one request (else 431)")
     srv.add_argument("--voice-map", default=None,
                      help="OpenAI voice names to checkpoint voices, e.g. alloy=female,echo=male")
     srv.add_argument("--device", default="auto", help="codec device: auto, cpu, cuda")

@@ -342,11 +342,25 @@ async def test_openai_errors_before_and_after_first_audio():
         r = await http.post("/v1/audio/speech", content=b"{nope")
         assert r.status_code == 400 and r.json()["error"]["code"] == "bad_json"
         engine.fail_at, engine.failures = 2, 3
-        r = await http.post("/v1/audio/speech", json=body)
-        assert r.status_code == 200 and 0 < len(r.content) <= 2 * 2400 * 2  # cut short, cleanly
-        r = await http.post("/v1/audio/speech", json={**body, "stream_format": "sse"})
-        events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
-        assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "generation_failed"
+        received = bytearray()
+        with pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"):
+            async with http.stream("POST", "/v1/audio/speech", json=body) as r:
+                assert r.status_code == 200
+                async for piece in r.aiter_bytes():
+                    received += piece
+        assert 0 < len(received) <= 2 * 2400 * 2  # cut short, and the transfer says so
+        lines = []
+        with pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"):
+            sse = {**body, "stream_format": "sse"}
+            async with http.stream("POST", "/v1/audio/speech", json=sse) as r:
+                async for line in r.aiter_lines():
+                    lines.append(line)
+        events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+        error = events[-1]["error"]
+        assert events[-1]["type"] == "error" and error["code"] == "generation_failed"
+        assert error["message"] == (
+            "injected: the LLM request failed (cut short after 0.20 s of audio)"
+        )
         await until(lambda: server.state.slots.active == 0)  # released just after the body
 
 

@@ -46,6 +46,10 @@ class ErrorCode:
     GENERATION_FAILED = "generation_failed"
     ENGINE_UNAVAILABLE = "engine_unavailable"
     INTERNAL = "internal"
+    # HTTP only: the request itself (the connection is closed after the answer)
+    REQUEST_TIMEOUT = "request_timeout"
+    HEADERS_TOO_LARGE = "headers_too_large"
+    TOO_MANY_CONNECTIONS = "too_many_connections"
 
 
 #: Codes after which the same request may succeed elsewhere or later.
@@ -58,6 +62,7 @@ RETRYABLE = frozenset(
         ErrorCode.ENGINE_UNAVAILABLE,
         ErrorCode.IDLE_TIMEOUT,
         ErrorCode.INTERNAL,
+        ErrorCode.TOO_MANY_CONNECTIONS,
     }
 )
 

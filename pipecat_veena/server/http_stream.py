@@ -4,11 +4,15 @@
 that a drain can cancel it at any moment and a client that stops reading makes generation
 wait. ``AudioStreamResponse`` sends the body with a per-message deadline: a client that takes
 longer than ``slow_client_timeout_s`` to accept a message is dropped and its request aborted.
+A body that cannot finish (generation failed, drain, slow client) raises ``StreamAborted`` out
+of the app, so the server drops the connection without the terminating chunk: every HTTP client
+then sees an incomplete transfer instead of a short, complete-looking body.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +25,29 @@ from pipecat_veena.tasks import cancel_and_wait
 
 #: Chunks the pump may hold ahead of the client (engine chunks are 20 ms to a few 100 ms).
 PUMP_CHUNKS = 16
+
+
+class StreamAborted(Exception):
+    """Raised out of the app to abort a response that cannot finish (an incomplete transfer).
+
+    uvicorn then closes the connection without the terminating chunk; its ERROR log line for
+    the exception is dropped (``QuietAborts``): the route logged why, at warning.
+    """
+
+
+class QuietAborts(logging.Filter):
+    """Drops uvicorn's "Exception in ASGI application" records for a ``StreamAborted``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: D102
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, StreamAborted)
+
+
+def quiet_aborts() -> None:
+    """Install ``QuietAborts`` on uvicorn's error logger (once)."""
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, QuietAborts) for f in uvicorn_log.filters):
+        uvicorn_log.addFilter(QuietAborts())
 
 
 class PumpStopped(Exception):
@@ -136,6 +163,7 @@ class AudioStreamResponse(StreamingResponse):
                 f"speech server: a client did not read {self.pump.run.request_id} for "
                 f"{timeout:g} s; dropped it and aborted the request"
             )
+            raise StreamAborted("slow_client") from None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Stream the response; the utterance is released whatever happens."""

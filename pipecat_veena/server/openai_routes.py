@@ -4,11 +4,15 @@ Speech streams as it is generated, in any of OpenAI's response formats (``mp3`` 
 OpenAI's; raw ``pcm`` is 24 kHz s16le mono with no header; ``wav``, ``opus``, ``aac``, ``flac``:
 see ``encode``), or with ``stream_format: sse`` as ``speech.audio.delta`` /
 ``speech.audio.done`` events carrying the same bytes. The first audio is awaited before the
-response starts, so errors up to then still get a proper status code and an OpenAI-shaped body.
+response starts, so errors up to then still get a proper status code and an OpenAI-shaped body;
+a stream that cannot finish after that is aborted (an incomplete transfer, never a clean end).
+The body is read against its limits: Content-Length first, then its size as it streams, within
+a deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +33,14 @@ from pipecat_veena.protocol import (
 )
 from pipecat_veena.server.audio_out import sse_audio_delta, sse_audio_done, sse_event
 from pipecat_veena.server.encode import AudioFormat, StreamEncoder, check_format
-from pipecat_veena.server.http_stream import AudioPump, AudioStreamResponse, PumpStopped
+from pipecat_veena.server.http_stream import (
+    AudioPump,
+    AudioStreamResponse,
+    PumpStopped,
+    StreamAborted,
+)
 from pipecat_veena.server.limits import authenticate, client_address
-from pipecat_veena.server.settings import OPENAI_VOICES
+from pipecat_veena.server.settings import OPENAI_VOICES, ServerSettings
 from pipecat_veena.server.speech import SpeechRun
 from pipecat_veena.server.state import SpeechServer
 
@@ -44,14 +53,17 @@ STREAM_FORMATS = ("audio", "sse")
 MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 _STATUS = {
     ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.MESSAGE_TOO_LARGE: 413,
     ErrorCode.NO_AUDIO: 422,
     ErrorCode.TOO_MANY_STREAMS: 429,
+    ErrorCode.HEADERS_TOO_LARGE: 431,
     ErrorCode.GENERATION_FAILED: 500,
     ErrorCode.INTERNAL: 500,
     ErrorCode.SERVER_STARTING: 503,
     ErrorCode.SERVER_DRAINING: 503,
     ErrorCode.ENGINE_UNAVAILABLE: 503,
+    ErrorCode.TOO_MANY_CONNECTIONS: 503,
 }
 
 router = APIRouter()
@@ -101,9 +113,14 @@ def parse_speech_request(body: bytes) -> SpeechRequest:
         raise _bad("'model' must be a string")
     voice = data.get("voice")
     if isinstance(voice, dict):  # OpenAI's custom voice object {"id": ...}
-        voice = voice.get("id")
+        if set(voice) != {"id"} or not isinstance(voice["id"], str):
+            raise _bad(
+                f"'voice' as an object must be OpenAI's custom voice {{\"id\": <voice>}}, got "
+                f"the fields {sorted(voice)}; or send the voice name as a string"
+            )
+        voice = voice["id"]
     if voice is not None and not isinstance(voice, str):
-        raise _bad("'voice' must be a voice name (or an object with an 'id' string)")
+        raise _bad("'voice' must be a voice name (or OpenAI's custom voice {\"id\": <voice>})")
     if voice is not None:
         check_unicode(voice, "'voice'")
     fmt = data.get("response_format") or DEFAULT_FORMAT
@@ -132,6 +149,47 @@ def parse_speech_request(body: bytes) -> SpeechRequest:
     return SpeechRequest(text, voice, audio_format, stream_format, rate, options)
 
 
+def _stopped_message(code: str) -> str:
+    if code == ErrorCode.SERVER_DRAINING:
+        return "the server is shutting down; retry elsewhere"
+    return f"the server stopped this request ({code}); retry it"
+
+
+async def read_body(request: Request, settings: ServerSettings) -> bytes:
+    """The request body, read within ``body_timeout_s`` and never past ``max_message_bytes``.
+
+    A declared Content-Length over the cap is refused before reading; a chunked body is read
+    only up to the cap.
+
+    Raises:
+        ProtocolError: ``message_too_large`` or ``request_timeout``.
+    """
+    cap = settings.max_message_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise ProtocolError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"the body has {int(declared)} bytes (Content-Length), over this server's cap of {cap}",
+        )
+    body = bytearray()
+    try:
+        async with asyncio.timeout(settings.body_timeout_s):
+            async for piece in request.stream():
+                body += piece
+                if len(body) > cap:
+                    raise ProtocolError(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        f"the body is over this server's cap of {cap} bytes",
+                    )
+    except TimeoutError:
+        raise ProtocolError(
+            ErrorCode.REQUEST_TIMEOUT,
+            f"the body did not arrive whole within {settings.body_timeout_s:g} s "
+            "(body_timeout_s); send it at once",
+        ) from None
+    return bytes(body)
+
+
 @router.post("/v1/audio/speech")
 async def speech(request: Request) -> Response:
     """Speak ``input``: audio streams as it is generated (see the module docstring)."""
@@ -139,14 +197,7 @@ async def speech(request: Request) -> Response:
     settings = server.settings
     try:
         key = authenticate(settings, request.headers.get("authorization"), None)
-        body = await request.body()
-        if len(body) > settings.max_message_bytes:
-            raise ProtocolError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"the body has {len(body)} bytes, over this server's cap of "
-                f"{settings.max_message_bytes}",
-            )
-        req = parse_speech_request(body)
+        req = parse_speech_request(await read_body(request, settings))
         problem = server.availability()
         if problem is not None:
             raise problem
@@ -168,7 +219,7 @@ async def speech(request: Request) -> Response:
         first = await pump.next()
     except PumpStopped as e:
         await pump.close("cancelled")
-        return error_response(ProtocolError(e.code, "the server is shutting down; retry elsewhere"))
+        return error_response(ProtocolError(e.code, _stopped_message(e.code)))
     except Exception as e:
         await pump.close("failed")
         logger.warning(f"speech server: {run.request_id}: {e}")
@@ -205,14 +256,16 @@ async def _body(
         data = encoder.finish()
         if data:
             yield sse_audio_delta(data) if sse else data
-    except Exception as e:  # after the head was sent: end the stream (and say why in SSE)
+    except Exception as e:  # after the head was sent: say why in SSE, then abort the transfer
         stopped = isinstance(e, PumpStopped)
         outcome[0] = "cancelled" if stopped else "failed"
         code = e.code if stopped else code_for(e)
-        logger.warning(f"speech server: {pump.run.request_id} ended early: {code}: {e}")
+        message = _stopped_message(code) if stopped else str(e) or type(e).__name__
+        message = f"{message} (cut short after {pump.run.audio_seconds:.2f} s of audio)"
+        logger.warning(f"speech server: {pump.run.request_id} ended early: {code}: {message}")
         if sse:
-            yield sse_event({"type": "error", "error": {"code": code, "message": str(e)}})
-        return
+            yield sse_event({"type": "error", "error": {"code": code, "message": message}})
+        raise StreamAborted(f"{code}: {message}") from None
     finally:
         encoder.close()
     if sse:

@@ -1,6 +1,7 @@
 """Serving the app with uvicorn in the current event loop (tests, benchmarks, ``serve``).
 
-``pipecat-veena serve`` adds a graceful drain on SIGTERM.
+``pipecat-veena serve`` adds a graceful drain on SIGTERM. The HTTP protocol is uvicorn's h11 with
+the server's connection and header limits (``http_limits``).
 
 The engine lives on this loop (vLLM binds an engine to its loop), so the server runs here too,
 as a task, instead of in ``uvicorn.run``'s own loop.
@@ -20,6 +21,8 @@ from fastapi import FastAPI
 from loguru import logger
 
 from pipecat_veena.protocol import STREAM_PATH
+from pipecat_veena.server.http_limits import protocol_for
+from pipecat_veena.server.http_stream import quiet_aborts
 from pipecat_veena.server.state import SpeechServer
 from pipecat_veena.server.ws_protocol import bounded_ws_protocol
 from pipecat_veena.tasks import cancel_and_wait
@@ -95,9 +98,11 @@ class ServerHandle:
         sock.bind((self.host, self._requested_port))
         self.port = sock.getsockname()[1]
         extra: dict[str, Any] = {} if self._configure_logging else {"log_config": None}
+        quiet_aborts()
         config = uvicorn.Config(
             self.app,
             lifespan="on",
+            http=protocol_for(settings),  # h11 with the connection and header limits
             log_level=self._log_level,
             ws_max_size=settings.max_message_bytes * _WS_MAX_SIZE_FACTOR,
             ws_per_message_deflate=False,  # PCM does not compress; deflate only costs latency

@@ -43,6 +43,16 @@ class ServerSettings:
             client; with the timeout above this bounds the memory a slow client can hold.
         drain_timeout_s: on SIGTERM, how long in-flight utterances may take to finish before
             they are cancelled.
+        max_connections: most open TCP connections (HTTP and WebSocket); one over it gets a 503
+            (``too_many_connections``) and is closed at once.
+        header_timeout_s: a request's line and headers must arrive whole within this of the
+            connection opening (or of the previous response); else the connection is closed
+            (a 408 ``request_timeout`` when part of a request had arrived). This also closes
+            connections that never send anything.
+        body_timeout_s: an HTTP request body must arrive whole within this (408
+            ``request_timeout``).
+        max_header_bytes: longest request line plus headers (431 ``headers_too_large``).
+        max_headers: most header fields in one request (431 ``headers_too_large``).
         voice_map: OpenAI voice name -> checkpoint voice (None: female-sounding names to
             ``female`` and the others to ``male`` when the checkpoint has both, else every
             name to the default voice).
@@ -60,18 +70,24 @@ class ServerSettings:
     slow_client_timeout_s: float = 10.0
     send_buffer_bytes: int = 1 << 20
     drain_timeout_s: float = 30.0
+    max_connections: int = 1000
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 10.0
+    max_header_bytes: int = 16 * 1024
+    max_headers: int = 100
     voice_map: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_streams", "max_text_chars", "max_message_bytes", "send_buffer_bytes",
-                     "max_open_utterances"):  # fmt: skip
+                     "max_open_utterances", "max_connections", "max_header_bytes",
+                     "max_headers"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_streams_per_key", "max_streams_per_anonymous_client"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("idle_timeout_s", "slow_client_timeout_s", "drain_timeout_s",
-                     "open_utterance_timeout_s"):  # fmt: skip
+                     "open_utterance_timeout_s", "header_timeout_s", "body_timeout_s"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         object.__setattr__(self, "api_keys", MappingProxyType(dict(self.api_keys)))
