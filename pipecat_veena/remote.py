@@ -8,9 +8,12 @@ Bot processes that share one engine per GPU use it exactly like the in-process e
 
 One connection per server multiplexes every utterance of the process. Closing a stream (a
 Pipecat interruption) sends ``cancel``, which aborts the server's LLM request. An utterance that
-fails before its first audio (server restarting, draining, full, a failed generation) is retried
-once, on the next URL when several are given; after its first audio it fails with a clear
-error. After a server restart the connection is redialed with backoff.
+fails before its first audio (server restarting, full, a failed generation) is retried once, on
+the next URL when several are given; after its first audio it fails with a clear error and is
+never replayed. A draining server (``goaway``, ``server_draining``, close code 1012) is left at
+once: a new connection is dialed (through one URL, a load balancer routes it to another server)
+and an utterance it had not started goes there, for up to ``connect_timeout_s``. After a server
+restart the connection is redialed with jittered backoff.
 """
 
 from __future__ import annotations
@@ -30,17 +33,29 @@ from pipecat_veena.errors import (
     GenerationError,
     RemoteError,
     ServerUnavailableError,
+    UnknownVoiceError,
 )
 from pipecat_veena.generation import SamplingOptions
 from pipecat_veena.prompts import Voice
-from pipecat_veena.protocol import STREAM_PATH, Ready, Speak, check_option_types
-from pipecat_veena.remote_link import BACKOFF_FIRST_S, BACKOFF_MAX_S, End, Link
+from pipecat_veena.protocol import STREAM_PATH, ErrorCode, Ready, Speak, check_option_types
+from pipecat_veena.remote_link import (
+    BACKOFF_FIRST_S,
+    BACKOFF_MAX_S,
+    NOT_SENT,
+    End,
+    Link,
+    jittered,
+    next_delay,
+)
 from pipecat_veena.utterance import AudioChunk
 from pipecat_veena.voices import VoiceBook
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:\-]")
 #: Longest prefix of a caller's request id kept in utterance ids (ids are at most 64 chars).
 _ID_PREFIX = 40
+#: Failures that mean "this server takes nothing new", not "this request failed": the utterance
+#: had not started, so it goes to a new connection (another server) without using its retry.
+_HANDOVER = frozenset({ErrorCode.SERVER_DRAINING, NOT_SENT})
 
 
 def stream_url(url: str) -> str:
@@ -61,7 +76,8 @@ class RemoteVeenaEngine:
             take over when the first is unreachable and take retries.
         api_key: the server's bearer key (None: an open server).
         connect_timeout_s: how long ``start()`` and each utterance keep trying to reach a
-            server (with backoff) before failing.
+            server (with backoff) before failing; also how long an utterance refused by
+            draining servers keeps looking for one that takes it.
         response_timeout_s: the most an utterance waits for the server's next message.
     """
 
@@ -147,9 +163,19 @@ class RemoteVeenaEngine:
         return tuple(self._require_info().emotion_tags)
 
     def check_voice(self, voice: str | None) -> str:
-        """Canonical name of ``voice`` by the server's list; raises UnknownVoiceError."""
-        self._require_info()
-        return self._book.resolve(voice).name
+        """Canonical name of ``voice`` by the server's voices or its OpenAI voice names.
+
+        An OpenAI name (``alloy``...) gives the voice the server maps it to. Raises
+        UnknownVoiceError.
+        """
+        info = self._require_info()
+        try:
+            return self._book.resolve(voice).name
+        except UnknownVoiceError:
+            mapped = info.openai_aliases.get(str(voice).strip().lower())
+            if mapped is None:
+                raise
+            return mapped
 
     def check_options(self, **options: Any) -> None:
         """Raise ValueError naming the problem when request options cannot work."""
@@ -214,8 +240,8 @@ class RemoteVeenaEngine:
                     f"no speech server reachable within {self.connect_timeout_s:g} s ({detail}); "
                     "is `pipecat-veena serve` running there, and the URL right?"
                 )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, BACKOFF_MAX_S)
+            await asyncio.sleep(jittered(delay))
+            delay = next_delay(delay)
 
     # -- streaming -------------------------------------------------------------------------
     async def stream(
@@ -227,7 +253,8 @@ class RemoteVeenaEngine:
 
         Raises:
             UnknownVoiceError, ValueError: bad voice or options (checked by the server too).
-            ServerUnavailableError: no server could take it (after one retry).
+            ServerUnavailableError: no server could take it (after one retry, or draining
+                servers only for ``connect_timeout_s``).
             RemoteError, GenerationError, NoAudioError: the server failed the utterance.
         """
         if not self.is_running:
@@ -236,7 +263,9 @@ class RemoteVeenaEngine:
         options = {k: v for k, v in options.items() if v is not None}
         prefix = _UNSAFE_ID.sub("_", request_id or "tts")[:_ID_PREFIX]
         self._requests += 1
-        for attempt in (0, 1):
+        handover_until = time.monotonic() + self.connect_timeout_s
+        attempt = handovers = failures = 0
+        while True:
             uid = f"{prefix}-{next(self._ids)}"
             link = await self._link_for(attempt)
             pending = link.add(uid)
@@ -251,7 +280,10 @@ class RemoteVeenaEngine:
                 raise item.error
             except (RemoteError, GenerationError) as e:
                 retryable = isinstance(e, GenerationError) or e.retryable
-                if audio or attempt or not retryable:
+                handover = getattr(e, "code", None) in _HANDOVER
+                if handover and time.monotonic() > handover_until:
+                    handover = False  # draining servers only, for too long: a plain failure
+                if audio or not retryable or (failures and not handover):
                     if audio and isinstance(e, ServerUnavailableError):
                         raise RemoteError(
                             f"{uid}: the speech server failed after the first audio was sent, "
@@ -260,8 +292,17 @@ class RemoteVeenaEngine:
                         ) from e
                     raise
                 self._retries += 1
-                where = "on the next server" if len(self._links) > 1 else "once"
-                logger.warning(f"{self}: {uid} failed before any audio ({e}); retrying {where}")
+                attempt += 1
+                if handover:  # not started anywhere: a new connection, another server
+                    handovers += 1
+                    logger.info(f"{self}: {uid} handed over, the server is draining ({e})")
+                    if handovers > 1:  # refused again: give the balancer time to notice
+                        delay = min(BACKOFF_FIRST_S * handovers, BACKOFF_MAX_S)
+                        await asyncio.sleep(jittered(delay))
+                else:
+                    failures += 1
+                    where = "on the next server" if len(self._links) > 1 else "once"
+                    logger.warning(f"{self}: {uid} failed before any audio ({e}); retrying {where}")
             finally:
                 if not pending.finished:
                     link.cancel(uid)

@@ -2,15 +2,20 @@
 
 A reader task routes audio frames and ``done`` / ``error`` messages to the utterance they name;
 a writer task sends queued messages in order (so closing a stream can queue its ``cancel``
-without waiting). When the connection drops, every open utterance fails at once and, unless the
-server closed it normally (idle), a background task redials with backoff.
+without waiting). When the connection drops, every open utterance on it fails at once and,
+unless the server closed it normally (idle), a background task redials with jittered backoff.
+
+A draining server says ``goaway`` (or refuses a ``speak`` with ``server_draining``): the link
+then leaves that connection to finish its utterances in flight and dials a new one at once
+(through the same URL, a load balancer or proxy routes it to another server) for the next.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, field
 
 from loguru import logger
 from websockets.asyncio.client import ClientConnection, connect
@@ -18,12 +23,14 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from pipecat_veena.errors import RemoteError, ServerUnavailableError
 from pipecat_veena.protocol import (
+    CLOSE_GOING_AWAY,
     PROTOCOL_VERSION,
     AudioFrame,
     Cancel,
     Done,
     Error,
     ErrorCode,
+    GoAway,
     ProtocolError,
     Ready,
     Speak,
@@ -34,10 +41,27 @@ from pipecat_veena.protocol import (
 )
 from pipecat_veena.tasks import cancel_and_wait
 
-#: Redial delays after a dropped connection: doubling from the first to the last.
+#: Redial delays after a dropped connection: doubling from the first to the last, each one
+#: jittered (``jittered``) so that the clients of a restarted server do not redial in step.
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.1, 5.0
 #: Largest message accepted from the server (audio frames are far smaller).
 MAX_MESSAGE_BYTES = 16 * 2**20
+#: Close codes of a server going away (draining, stopping): redial, and retry there what had not
+#: started. 1012 is the protocol's (after ``goaway``); 1001 is the standard "going away".
+GOING_AWAY_CODES = frozenset({CLOSE_GOING_AWAY, 1001})
+#: The code of a ``ServerUnavailableError`` for an utterance that never reached a server (its
+#: connection was leaving): like ``server_draining``, safe to send again anywhere.
+NOT_SENT = "not_sent"
+
+
+def jittered(delay: float) -> float:
+    """``delay`` spread uniformly over [delay / 2, delay * 3 / 2] (backoff with jitter)."""
+    return delay * random.uniform(0.5, 1.5)
+
+
+def next_delay(delay: float) -> float:
+    """The backoff delay after ``delay``: doubled, at most ``BACKOFF_MAX_S``."""
+    return min(delay * 2, BACKOFF_MAX_S)
 
 
 @dataclass(frozen=True)
@@ -47,12 +71,23 @@ class End:
     error: Exception | None = None
 
 
+@dataclass(eq=False)
+class _Conn:
+    """One WebSocket of a link: its writer's queue, and whether the server said goaway."""
+
+    ws: ClientConnection
+    outbox: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
+    writer: asyncio.Task[None] | None = None
+    leaving: bool = False
+
+
 class Pending:
     """An utterance in flight on a link: its audio frames and its end, in arrival order."""
 
     def __init__(self, uid: str) -> None:
         self.uid = uid
         self.finished = False
+        self.conn: _Conn | None = None  # the connection its speak went out on
         self.queue: asyncio.Queue[AudioFrame | End] = asyncio.Queue()
 
     def put(self, frame: AudioFrame) -> None:
@@ -85,16 +120,15 @@ class Link:
         self.fatal: RemoteError | None = None
         self.closed = False
         self.connects = 0
-        self._ws: ClientConnection | None = None
-        self._outbox: asyncio.Queue[str] | None = None
-        self._writer: asyncio.Task[None] | None = None
+        self._conn: _Conn | None = None  # the connection new utterances go to
+        self._leaving: set[_Conn] = set()  # told to go; finishing their utterances
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
 
     @property
     def connected(self) -> bool:
         """True while the WebSocket is open and the server said ``ready``."""
-        return self._ws is not None
+        return self._conn is not None
 
     async def ensure(self) -> None:
         """Connect unless connected (one attempt).
@@ -106,7 +140,7 @@ class Link:
         if self.fatal is not None:
             raise self.fatal
         async with self._lock:
-            if self._ws is None and not self.closed:
+            if self._conn is None and not self.closed:
                 await self._connect_once()
 
     async def _connect_once(self) -> None:
@@ -144,11 +178,11 @@ class Link:
                 code=ErrorCode.BAD_MESSAGE,
             )
             raise self.fatal
-        self._ws, self.ready = ws, message
-        self._outbox = outbox = asyncio.Queue()
+        self._conn = conn = _Conn(ws)
+        self.ready = message
         self.connects += 1
-        self._spawn(self._read(ws))
-        self._writer = self._spawn(self._write(ws, outbox))
+        self._spawn(self._read(conn))
+        conn.writer = self._spawn(self._write(conn))
         logger.debug(f"connected to {self.url} ({message.model}, {message.sample_rate} Hz)")
 
     def _spawn(self, coro: object) -> asyncio.Task[None]:
@@ -167,38 +201,39 @@ class Link:
     async def speak(self, speak: Speak) -> None:
         """Send ``speak`` directly (one event-loop step less than the writer's queue).
 
-        A connection lost meanwhile ends the utterance's inbox with ``ServerUnavailableError``.
+        A connection lost meanwhile ends the utterance's inbox with ``ServerUnavailableError``
+        (code ``NOT_SENT`` when it never went out).
         """
-        ws = self._ws
-        if ws is None:
-            pending = self.pending.get(speak.id)
+        conn, pending = self._conn, self.pending.get(speak.id)
+        if conn is None:
             if pending is not None:
-                pending.finish(ServerUnavailableError(f"not connected to {self.url}"))
+                error = f"not connected to {self.url} (its connection was closed or leaving)"
+                pending.finish(ServerUnavailableError(error, code=NOT_SENT))
             return
+        if pending is not None:
+            pending.conn = conn
         with contextlib.suppress(ConnectionClosed):  # the reader fails the inbox
-            await ws.send(to_json(speak))
+            await conn.ws.send(to_json(speak))
 
     def cancel(self, uid: str) -> None:
         """Ask the server to stop ``uid`` (no wait) and end its local iterator quietly."""
         pending = self.pending.pop(uid, None)
         if pending is not None and not pending.finished:
             pending.finish()
-            self._send(to_json(Cancel(uid)))
+            if pending.conn is not None:  # on the connection it runs on, leaving or not
+                pending.conn.outbox.put_nowait(to_json(Cancel(uid)))
 
     def forget(self, uid: str) -> None:
         """Drop a finished utterance's inbox."""
         self.pending.pop(uid, None)
 
-    def _send(self, text: str) -> None:
-        if self._outbox is not None:
-            self._outbox.put_nowait(text)
-
-    async def _write(self, ws: ClientConnection, outbox: asyncio.Queue[str]) -> None:
+    async def _write(self, conn: _Conn) -> None:
         with contextlib.suppress(ConnectionClosed):
             while True:
-                await ws.send(await outbox.get())
+                await conn.ws.send(await conn.outbox.get())
 
-    async def _read(self, ws: ClientConnection) -> None:
+    async def _read(self, conn: _Conn) -> None:
+        ws = conn.ws
         try:
             async for message in ws:
                 if isinstance(message, bytes):
@@ -207,16 +242,20 @@ class Link:
                     if pending is not None:
                         pending.put(frame)
                     continue
-                self._on_message(parse_server_message(message))
+                self._on_message(conn, parse_server_message(message))
         except ConnectionClosed:
             pass
         except ProtocolError as e:
             logger.error(f"{self.url} sent a message outside the protocol: {e}")
             await ws.close()
         finally:
-            self._dropped(ws)
+            self._dropped(conn)
 
-    def _on_message(self, message: Ready | Done | Error) -> None:
+    def _on_message(self, conn: _Conn, message: Ready | Done | Error | GoAway | None) -> None:
+        if isinstance(message, GoAway) or (
+            isinstance(message, Error) and message.code == ErrorCode.SERVER_DRAINING
+        ):
+            self._leave(conn)  # (an error too: a server of before goaway says only that)
         if isinstance(message, Done):
             pending = self.pending.pop(message.id, None)
             if pending is not None:
@@ -227,21 +266,43 @@ class Link:
                 pending.finish(error_for(message.code, message.message))
         elif isinstance(message, Error):
             logger.warning(f"{self.url}: {message.code}: {message.message}")
+        elif message is None:
+            logger.debug(f"{self.url} sent a message type this client does not know; ignored")
 
-    def _dropped(self, ws: ClientConnection) -> None:
-        if self._ws is not ws:
+    def _leave(self, conn: _Conn) -> None:
+        """The server behind ``conn`` drains: new utterances go to a new connection, dialed now."""
+        if conn.leaving:
             return
-        self._ws = self._outbox = None
-        if self._writer is not None:
-            self._writer.cancel()
+        conn.leaving = True
+        if self._conn is conn:
+            self._conn = None
+            self._leaving.add(conn)
+            logger.info(f"{self.url}: the server is draining; connecting again for what follows")
+            if not self.closed:
+                self._spawn(self._redial())
+
+    def _dropped(self, conn: _Conn) -> None:
+        ws = conn.ws
+        if conn.writer is not None:
+            conn.writer.cancel()
         code = ws.close_code
         reason = f"{code} {ws.close_reason or ''}".strip() if code is not None else "no close"
-        error = ServerUnavailableError(
-            f"the connection to {self.url} was lost ({reason})", code="connection_lost"
-        )
-        for pending in self.pending.values():
-            pending.finish(error)
-        self.pending.clear()
+        if conn.leaving or code in GOING_AWAY_CODES:
+            error = ServerUnavailableError(
+                f"the server at {self.url} went away ({reason})", code=ErrorCode.SERVER_DRAINING
+            )
+        else:
+            error = ServerUnavailableError(
+                f"the connection to {self.url} was lost ({reason})", code="connection_lost"
+            )
+        for uid, pending in list(self.pending.items()):
+            if pending.conn is conn:
+                pending.finish(error)
+                del self.pending[uid]
+        self._leaving.discard(conn)
+        if self._conn is not conn:
+            return
+        self._conn = None
         if self.closed or code == 1000:  # shut down here, or closed as idle: dial on demand
             return
         logger.warning(f"lost the connection to {self.url} ({reason}); reconnecting")
@@ -249,21 +310,21 @@ class Link:
 
     async def _redial(self) -> None:
         delay = BACKOFF_FIRST_S
-        while not self.closed and self._ws is None and self.fatal is None:
+        while not self.closed and self._conn is None and self.fatal is None:
             try:
                 await self.ensure()
             except RemoteError as e:
-                logger.debug(f"{self.url}: {e}; next try in {delay:g} s")
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX_S)
+                wait = jittered(delay)
+                logger.debug(f"{self.url}: {e}; next try in {wait:.2f} s")
+                await asyncio.sleep(wait)
+                delay = next_delay(delay)
 
     async def close(self) -> None:
-        """Close the connection, fail what is open and stop redialing."""
+        """Close the connections, fail what is open and stop redialing."""
         self.closed = True
         for pending in self.pending.values():
             pending.finish(ServerUnavailableError("the remote engine was shut down"))
         self.pending.clear()
-        ws = self._ws
-        if ws is not None:
-            await ws.close()
+        conns = [c for c in (self._conn, *self._leaving) if c is not None]
+        await asyncio.gather(*(c.ws.close() for c in conns))
         await cancel_and_wait(*self._tasks)

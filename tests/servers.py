@@ -31,3 +31,45 @@ async def serve_app(app, *, host: str = "127.0.0.1") -> AsyncIterator[str]:
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, timeout=30)
+
+
+@asynccontextmanager
+async def round_robin_proxy(ports: list[int], *, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """A TCP proxy on a free port sending each new connection to the next of ``ports`` (one that
+    refuses it is skipped), like a Kubernetes Service; yields its base URL."""
+    turn = 0
+    writers: set[asyncio.StreamWriter] = set()
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal turn
+        for _ in ports:
+            port, turn = ports[turn % len(ports)], turn + 1
+            try:
+                up_reader, up_writer = await asyncio.open_connection(host, port)
+                break
+            except OSError:
+                continue
+        else:
+            writer.close()
+            return
+        writers.update((writer, up_writer))
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = await asyncio.start_server(handle, host, 0)
+    try:
+        yield f"http://{host}:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        for writer in writers:
+            writer.close()
+        await server.wait_closed()

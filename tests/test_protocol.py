@@ -25,6 +25,7 @@ from pipecat_veena.protocol import (
     End,
     ErrorCode,
     Flush,
+    GoAway,
     ProtocolError,
     Speak,
     code_for,
@@ -111,8 +112,22 @@ def test_audio_frame_round_trip_and_garbage():
 def test_server_messages_round_trip():
     done = Done("u", "completed", 40, 1.5, 80.0, 1600.0, 16000, "ws-1")
     assert parse_server_message(to_json(done)) == done
-    with pytest.raises(ProtocolError):
-        parse_server_message('{"type": "hello"}')
+    goaway = GoAway(ErrorCode.SERVER_DRAINING, "going")
+    assert parse_server_message(to_json(goaway)) == goaway
+    for broken in ('{"type": "done", "id": "u"}', '{"id": "u"}', "[1]", "not json"):
+        with pytest.raises(ProtocolError):  # a known message missing fields, no type, not JSON
+            parse_server_message(broken)
+
+
+def test_clients_read_server_messages_forward_compatibly():
+    """A later server may add fields and message types; this client ignores what it does not
+    know (the server stays strict about client messages: test_server_unit's fuzz)."""
+    done = Done("u", "completed", 40, 1.5, 80.0, 1600.0, 16000, "ws-1")
+    data = json.loads(to_json(done)) | {"energy_db": -20.5, "words": [{"w": "hi"}]}
+    assert parse_server_message(json.dumps(data)) == done
+    assert parse_server_message('{"type": "progress", "id": "u", "percent": 40}') is None
+    with pytest.raises(ProtocolError, match="unknown field"):
+        parse_client_message('{"type": "cancel", "id": "u", "energy_db": 1}')
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,15 @@ test_server_real.py runs the same client against the real vLLM engine."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
+import websockets
 from pipecat.frames.frames import ErrorFrame, InterruptionFrame, TTSAudioRawFrame, TTSSpeakFrame
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
 from server_fakes import CHUNK_BYTES, RATE, FakeSpeechEngine, serving, until
+from servers import round_robin_proxy
 
 from pipecat_veena.errors import (
     EngineNotRunningError,
@@ -21,8 +24,11 @@ from pipecat_veena.errors import (
     UnknownVoiceError,
 )
 from pipecat_veena.interface import SpeechEngine
+from pipecat_veena.protocol import encode_audio_frame
 from pipecat_veena.remote import RemoteVeenaEngine, stream_url
+from pipecat_veena.remote_link import jittered
 from pipecat_veena.server import ServerHandle, ServerSettings, create_app
+from pipecat_veena.server.settings import OPENAI_VOICES
 from pipecat_veena.service import VeenaTTSService
 
 
@@ -191,6 +197,84 @@ async def test_a_server_lost_mid_utterance_fails_it_cleanly():
         await engine.shutdown()
         await handle.stop()
     assert not fake.open
+
+
+async def test_a_draining_server_hands_new_utterances_to_another_behind_one_url():
+    """A rolling restart behind one URL (a Kubernetes Service: round robin over two servers):
+    server A drains while a call speaks on it. The utterance in flight finishes on A, the next
+    one goes to B through the same URL (a new connection), nothing fails, no audio twice."""
+    first, second = FakeSpeechEngine(chunks=20, delay=0.02), FakeSpeechEngine(chunks=20)
+    async with serving(first) as a, serving(second) as b:
+        proxy = round_robin_proxy([a.port, b.port])
+        async with proxy as url, RemoteVeenaEngine(url, connect_timeout_s=10) as engine:
+            stream = engine.stream("In flight on A.")
+            got = [await anext(stream)]
+            assert first.open
+            drain = asyncio.create_task(a.state.drain(30))
+            await until(lambda: a.state.draining)
+            for n in range(3):  # the call's next turns, while A drains
+                assert len(await _speak(engine, f"Turn {n}.")) == 20 * CHUNK_BYTES
+            got += [chunk async for chunk in stream]
+            assert sum(len(c.pcm) for c in got) == 20 * CHUNK_BYTES
+            assert await drain == 0  # the in-flight one completed, the connection closed
+            assert len(first.calls) == 1 and len(second.calls) == 3  # each spoken once
+            assert engine.stats()["connects"] == 2
+
+
+async def test_an_utterance_refused_by_a_draining_server_is_retried_elsewhere():
+    """Without waiting for the goaway: a speak that reaches a draining server (refused with
+    server_draining) goes to a new connection, i.e. another server behind the URL."""
+    first, second = FakeSpeechEngine(chunks=2), FakeSpeechEngine(chunks=2)
+    async with serving(first) as a, serving(second) as b:
+        proxy = round_robin_proxy([a.port, b.port])
+        async with proxy as url, RemoteVeenaEngine(url, connect_timeout_s=10) as engine:
+            a.state.draining = True  # (the refusal alone, as a server before goaway sent it)
+            assert len(await _speak(engine)) == 2 * CHUNK_BYTES
+            assert not first.calls and len(second.calls) == 1
+            a.state.draining = False
+
+
+def test_reconnect_backoff_is_jittered():
+    delays = [jittered(1.0) for _ in range(200)]
+    assert all(0.5 <= d <= 1.5 for d in delays) and max(delays) - min(delays) > 0.5
+
+
+async def test_check_voice_takes_the_openai_names_the_server_takes():
+    for settings in (ServerSettings(), ServerSettings(voice_map={"alloy": "male"})):
+        async with serving(FakeSpeechEngine(), settings) as server:
+            async with RemoteVeenaEngine(server.url) as engine:
+                for name in OPENAI_VOICES:
+                    assert engine.check_voice(name) == server.state.resolve_voice(name)
+                assert engine.check_voice("ALLOY") == server.state.resolve_voice("alloy")
+                with pytest.raises(UnknownVoiceError, match="offers"):
+                    engine.check_voice("robot")
+                chunks = [c async for c in engine.stream("Hi.", engine.check_voice("alloy"))]
+                assert chunks
+
+
+async def test_a_later_server_with_new_fields_and_messages_still_works():
+    """A compatible server addition (a new field in ready and done, a new message type) must
+    not break this client: it ignores what it does not know."""
+
+    async def later_server(ws) -> None:
+        ready = {"type": "ready", "protocol": 1, "model": "later", "sample_rate": RATE,
+                 "voices": ["female"], "default_voice": "female", "voice_levels": False,
+                 "limits": {}, "emotion_tags": [], "region": "ap-south-1"}  # fmt: skip
+        await ws.send(json.dumps(ready))
+        speak = json.loads(await ws.recv())
+        await ws.send(json.dumps({"type": "progress", "id": speak["id"], "percent": 0}))
+        await ws.send(encode_audio_frame(speak["id"], 10, b"\x01\x00" * 100))
+        done = {"type": "done", "id": speak["id"], "reason": "completed", "tokens": 10,
+                "audio_seconds": 0.01, "ttfa_ms": 1.0, "elapsed_ms": 2.0, "sample_rate": RATE,
+                "request_id": "x", "words": 1}  # fmt: skip
+        await ws.send(json.dumps(done))
+        await ws.wait_closed()
+
+    async with websockets.serve(later_server, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        async with RemoteVeenaEngine(f"ws://127.0.0.1:{port}", connect_timeout_s=3) as engine:
+            assert engine.model_name == "later"
+            assert await _speak(engine) == b"\x01\x00" * 100
 
 
 async def test_pipecat_service_over_a_remote_engine():

@@ -16,7 +16,7 @@ import pytest
 from decoded import decoded_samples
 from server_fakes import CHUNK_BYTES, RATE, FakeSpeechEngine, RawClient, pcm_of, serving, until
 
-from pipecat_veena.protocol import AudioFrame, ErrorCode
+from pipecat_veena.protocol import CLOSE_GOING_AWAY, AudioFrame, ErrorCode, GoAway
 from pipecat_veena.server import ServerSettings
 
 
@@ -458,7 +458,7 @@ async def test_drain_finishes_in_flight_refuses_new_then_cancels_the_rest():
             ends = {}
             while len(ends) < 2:
                 message = await client.recv()
-                if not isinstance(message, AudioFrame):
+                if not isinstance(message, AudioFrame | GoAway):
                     ends[message.id] = message
             assert ends["inflight"].type == "done" and ends["inflight"].reason == "completed"
             assert ends["new"].code == ErrorCode.SERVER_DRAINING and ends["new"].ended
@@ -473,6 +473,39 @@ async def test_drain_finishes_in_flight_refuses_new_then_cancels_the_rest():
         _, end = await client.until_end("forever")
         assert end.code == ErrorCode.SERVER_DRAINING and end.ended
         assert not engine.open
+
+
+async def test_drain_tells_every_connection_to_go_and_closes_each_once_idle():
+    """On drain each WebSocket gets a goaway at once; an idle one is closed with 1012 at once,
+    a busy one as soon as its utterance in flight has ended (with all its audio and its done),
+    so that clients redial another server before they need one."""
+    engine = FakeSpeechEngine(chunks=30, delay=0.02)
+    async with serving(engine) as server:
+        async with (
+            RawClient.connect(server.ws_url) as idle,
+            RawClient.connect(server.ws_url) as busy,
+        ):
+            await busy.send({"type": "speak", "id": "inflight", "text": "Keep going."})
+            assert isinstance(await busy.recv(), AudioFrame)
+            drain = asyncio.create_task(server.state.drain(30))
+            goaway = await idle.recv()
+            assert isinstance(goaway, GoAway) and goaway.code == ErrorCode.SERVER_DRAINING
+            assert await idle.closed() == CLOSE_GOING_AWAY
+            assert not drain.done()  # the busy connection is still speaking
+            seen = []
+            while not seen or getattr(seen[-1], "type", None) != "done":
+                seen.append(await busy.recv())
+            kinds = ["audio" if isinstance(m, AudioFrame) else m.type for m in seen]
+            assert "goaway" in kinds and kinds[-1] == "done" and seen[-1].reason == "completed"
+            assert kinds.index("goaway") < len(kinds) - 1  # told before its utterance ended
+            frames = 1 + kinds.count("audio")
+            assert frames == 30
+            assert await busy.closed() == CLOSE_GOING_AWAY
+            assert await drain == 0
+            async with RawClient.connect(server.ws_url, ready=False) as late:  # new ones: 1013
+                refused = await late.recv()
+                assert refused.code == ErrorCode.SERVER_DRAINING
+                assert await late.closed() == 1013
 
 
 async def test_fuzz_every_malformed_message_and_request_gets_an_error():

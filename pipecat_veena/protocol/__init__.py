@@ -1,8 +1,9 @@
 """The speech server's WebSocket protocol: every message, the audio frame and the error codes.
 
 Shared by the server (``pipecat_veena.server``) and its client (``RemoteVeenaEngine``); no web
-framework here. Client messages are JSON text frames (``client``), server audio is binary frames
-and every other server message a JSON text frame (``server``); ``codes`` holds the error codes.
+framework here. Client messages are JSON text frames (``client``, checked strictly), server audio
+is binary frames and every other server message a JSON text frame (``server``, read
+forward-compatibly: unknown fields and types are ignored); ``codes`` holds the error codes.
 docs/protocol.md describes it for client writers.
 """
 
@@ -34,10 +35,12 @@ from pipecat_veena.protocol.codes import (
 )
 from pipecat_veena.protocol.server import (
     AUDIO_FRAME,
+    CLOSE_GOING_AWAY,
     PROTOCOL_VERSION,
     AudioFrame,
     Done,
     Error,
+    GoAway,
     Ready,
     decode_audio_frame,
     encode_audio_frame,
@@ -46,6 +49,7 @@ from pipecat_veena.protocol.server import (
 
 __all__ = [
     "AUDIO_FRAME",
+    "CLOSE_GOING_AWAY",
     "MAX_ID_LENGTH",
     "OPTION_TYPES",
     "PROTOCOL_VERSION",
@@ -61,6 +65,7 @@ __all__ = [
     "Error",
     "ErrorCode",
     "Flush",
+    "GoAway",
     "ProtocolError",
     "Ready",
     "RemoteInputError",

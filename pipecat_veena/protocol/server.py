@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from dataclasses import dataclass, field
@@ -10,6 +11,10 @@ from typing import Any
 from pipecat_veena.protocol.codes import ErrorCode, ProtocolError
 
 PROTOCOL_VERSION = 1
+#: WebSocket close code of a server that is going away (draining, stopping): 1012, "service
+#: restart". It follows a ``goaway``; the client redials (through the same URL a new connection
+#: reaches another server) and retries there what had not started.
+CLOSE_GOING_AWAY = 1012
 #: First byte of a binary audio frame (a kind byte lets later versions add other frames).
 AUDIO_FRAME = 0x01
 _TOKENS = struct.Struct("<I")
@@ -26,6 +31,7 @@ class Ready:
     voice_levels: bool
     limits: dict[str, Any]
     emotion_tags: list[str] = field(default_factory=list)
+    openai_aliases: dict[str, str] = field(default_factory=dict)
     protocol: int = PROTOCOL_VERSION
     type: str = "ready"
 
@@ -56,17 +62,38 @@ class Error:
     type: str = "error"
 
 
-def parse_server_message(text: str) -> Ready | Done | Error:
-    """Parse a server text frame (the client's side).
+@dataclass(frozen=True)
+class GoAway:
+    """The server is going away (draining): send no new ``speak`` on this connection.
+
+    Utterances in flight on it finish; then the server closes it with ``CLOSE_GOING_AWAY``.
+    Connect again (a new connection through the same URL reaches another server) for new ones.
+    """
+
+    code: str
+    message: str
+    type: str = "goaway"
+
+
+_SERVER_TYPES: dict[str, type] = {c.type: c for c in (Ready, Done, Error, GoAway)}  # type: ignore[attr-defined]
+
+
+def parse_server_message(text: str) -> Ready | Done | Error | GoAway | None:
+    """Parse a server text frame (the client's side), forward-compatibly.
+
+    Fields this version does not know are ignored, and so is a message of a type it does not
+    know (None): a later server may add both without breaking this client.
 
     Raises:
-        ProtocolError: not a message of this protocol version.
+        ProtocolError: not JSON, no ``type``, or a known message missing a field it needs.
     """
     try:
         data = json.loads(text)
-        kind = data.pop("type")
-        cls = {"ready": Ready, "done": Done, "error": Error}[kind]
-        return cls(**data)
+        cls = _SERVER_TYPES.get(data["type"])
+        if cls is None:
+            return None
+        known = {f.name for f in dataclasses.fields(cls)} - {"type"}
+        return cls(**{k: v for k, v in data.items() if k in known})
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         message = f"not a server message: {text[:200]!r} ({e})"
         raise ProtocolError(ErrorCode.BAD_MESSAGE, message) from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 
 #: A voice name with levels that every level-controllable (Spark) checkpoint accepts.
 _LEVELS_PROBE = "female:moderate:moderate"
+#: After a drain's streams ended, how long WebSocket connections get to send their last
+#: messages and close themselves (code 1012) before the server closes what is left.
+_CONNECTIONS_CLOSE_S = 5.0
 
 
 class SpeechServer:
@@ -58,6 +62,9 @@ class SpeechServer:
         self.tag = uuid.uuid4().hex[:6]
         self._ids = itertools.count(1)
         self._runs: set[SpeechRun] = set()
+        self._drain_watchers: set[Callable[[], None]] = set()
+        self._no_watchers = asyncio.Event()
+        self._no_watchers.set()
         self._start_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -125,11 +132,30 @@ class SpeechServer:
 
     # -- drain -----------------------------------------------------------------------------
     def begin_drain(self) -> None:
-        """Take no new streams from now on (``/ready`` answers 503)."""
-        if not self.draining:
-            logger.info(f"speech server: draining ({self.slots.active} streams in flight)")
+        """Take no new streams from now on (``/ready`` answers 503); tell connections to go."""
+        if self.draining:
+            return
+        logger.info(
+            f"speech server: draining ({self.slots.active} streams in flight, "
+            f"{len(self._drain_watchers)} WebSocket connections told to go)"
+        )
         self.draining = True
         self.metrics.ready.set(0)
+        for watcher in list(self._drain_watchers):
+            watcher()
+
+    def watch_drain(self, go_away: Callable[[], None]) -> None:
+        """Call ``go_away`` when the drain begins (at once if it has); a connection's hook."""
+        self._drain_watchers.add(go_away)
+        self._no_watchers.clear()
+        if self.draining:
+            go_away()
+
+    def unwatch_drain(self, go_away: Callable[[], None]) -> None:
+        """Forget a closed connection's hook."""
+        self._drain_watchers.discard(go_away)
+        if not self._drain_watchers:
+            self._no_watchers.set()
 
     async def drain(self, deadline_s: float | None = None) -> int:
         """Refuse new streams, let in-flight ones finish within ``deadline_s``, cancel the rest.
@@ -140,14 +166,21 @@ class SpeechServer:
         self.begin_drain()
         if deadline_s is None:
             deadline_s = self.settings.drain_timeout_s
+        left = 0
         try:
             await asyncio.wait_for(self.slots.wait_idle(), deadline_s)
-            return 0
         except TimeoutError:
             left = len(self._runs)
             logger.warning(f"speech server: drain deadline passed; cancelling {left} streams")
             await self._cancel_all(ErrorCode.SERVER_DRAINING, grace_s=5.0)
-            return left
+        try:  # each connection closes itself once its last message is out
+            await asyncio.wait_for(self._no_watchers.wait(), _CONNECTIONS_CLOSE_S)
+        except TimeoutError:
+            logger.warning(
+                f"speech server: {len(self._drain_watchers)} WebSocket connections did not "
+                f"close within {_CONNECTIONS_CLOSE_S:g} s of the drain; closing them"
+            )
+        return left
 
     async def _cancel_all(self, code: str, *, grace_s: float) -> None:
         for run in list(self._runs):

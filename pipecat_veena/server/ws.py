@@ -4,7 +4,9 @@ Each connection has a receive loop (client messages), a send loop (everything th
 passes through one outbox bounded in bytes) and a task per utterance in flight. A client that
 stops reading makes the outbox fill, generation wait, and after ``slow_client_timeout_s`` the
 connection is dropped and its LLM requests aborted: a slow client holds a bounded amount of
-memory. The messages are defined in ``pipecat_veena.protocol``.
+memory. When the server drains, each connection gets a ``goaway`` and closes (code 1012) as
+soon as its utterances in flight have ended. The messages are defined in
+``pipecat_veena.protocol``.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from fastapi import WebSocket
 from loguru import logger
 
 from pipecat_veena.protocol import (
+    CLOSE_GOING_AWAY,
     Append,
     Cancel,
     End,
     Error,
     ErrorCode,
     Flush,
+    GoAway,
     ProtocolError,
     Ready,
     Speak,
@@ -62,6 +66,11 @@ class Outbox:
             await self._drained.wait()
         self.push_control(item)
 
+    @property
+    def empty(self) -> bool:
+        """True when nothing waits to be sent."""
+        return not self._items
+
     def push_control(self, item: bytes | str) -> None:
         """Queue a message now, over the limit if need be (small control messages only)."""
         self._items.append(item)
@@ -97,6 +106,7 @@ class Connection:
         self.outbox = Outbox(server.settings.send_buffer_bytes)
         self.utterances: dict[str, WsUtterance] = {}
         self.last_activity = time.monotonic()
+        self.leaving = False
 
     async def run(self) -> None:
         """Serve the connection until the client leaves, idles out or stops reading."""
@@ -107,9 +117,11 @@ class Connection:
         reason = "gone"
         try:
             await self.outbox.put(to_json(self._ready()))
+            self.server.watch_drain(self.go_away)
             done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
             reason = (receiver if receiver in done else sender).result()
         finally:
+            self.server.unwatch_drain(self.go_away)
             receiver.cancel()
             utterances = list(self.utterances.values())
             for utterance in utterances:
@@ -126,6 +138,8 @@ class Connection:
                 "reconnect when there is something to say",
             )
             await self._close_with(idle, CLOSE_NORMAL)
+        elif reason == "drain":
+            await self._close_with(None, CLOSE_GOING_AWAY)
         elif reason == "slow":
             logger.warning(
                 f"speech server: a client ({self.key}) did not read for "
@@ -142,12 +156,29 @@ class Connection:
             voice_levels=self.server.voice_levels,
             limits=self.settings.limits(),
             emotion_tags=list(engine.emotion_tags),
+            openai_aliases=dict(self.server.voice_map),
         )
 
-    async def _close_with(self, error: Error, code: int) -> None:
+    def go_away(self) -> None:
+        """The server drains: tell the client to go (``goaway``).
+
+        The send loop closes the connection once no utterance is in flight on it and its last
+        message is out.
+        """
+        if not self.leaving:
+            self.leaving = True
+            message = (
+                "the server is shutting down: send no new speak on this connection; connect "
+                f"again for new utterances (this one closes with code {CLOSE_GOING_AWAY} once "
+                "its utterances in flight end)"
+            )
+            self.outbox.push_control(to_json(GoAway(ErrorCode.SERVER_DRAINING, message)))
+
+    async def _close_with(self, error: Error | None, code: int) -> None:
         timeout = self.settings.slow_client_timeout_s
         try:
-            await asyncio.wait_for(self.ws.send_text(to_json(error)), timeout)
+            if error is not None:
+                await asyncio.wait_for(self.ws.send_text(to_json(error)), timeout)
             await asyncio.wait_for(self.ws.close(code), timeout)
         except Exception:  # the client is gone or stuck: uvicorn closes the socket
             pass
@@ -166,6 +197,8 @@ class Connection:
                 return "slow"
             except Exception:
                 return "gone"
+            if self.leaving and not self.utterances and self.outbox.empty:
+                return "drain"  # (no utterance starts while the server drains)
 
     async def _receive_loop(self) -> str:
         idle = self.settings.idle_timeout_s
