@@ -68,6 +68,8 @@ class Utterance:
         underrun_s: the longest stall of playback after it started.
         buffered_underrun_s: the same behind a ``JITTER_BUFFER_S`` jitter buffer.
         error: the error's type and message, for errors.
+        replayed: its audio restarted (the LLM token count of a chunk went down): a retry
+            after the first audio, which would repeat words; must never happen.
     """
 
     call: int
@@ -78,6 +80,7 @@ class Utterance:
     underrun_s: float = 0.0
     buffered_underrun_s: float = 0.0
     error: str | None = None
+    replayed: bool = False
 
 
 @dataclass
@@ -126,6 +129,7 @@ async def speak(
     arrivals: list[tuple[float, float]] = []
     start = time.monotonic()
     outcome, error = "completed", None
+    tokens, replayed = 0, False
     try:
         async with asyncio.timeout(plan.hang_s):
             stream = engine.stream(text, plan.voice, seed=rng.randrange(1 << 30))
@@ -133,6 +137,8 @@ async def speak(
                 async for chunk in chunks:
                     now = time.monotonic()
                     arrivals.append((now, len(chunk.pcm) / 2 / rate))
+                    replayed |= chunk.tokens < tokens
+                    tokens = chunk.tokens
                     if barge is not None and now - arrivals[0][0] >= barge:
                         outcome = "cancelled"  # closing the stream cancels it on the server
                         break
@@ -151,6 +157,7 @@ async def speak(
         underrun_s=longest_underrun(arrivals, plan.prebuffer_s),
         buffered_underrun_s=longest_underrun(arrivals, max(plan.prebuffer_s, JITTER_BUFFER_S)),
         error=error,
+        replayed=replayed,
     )
     playback_end = end if not arrivals or outcome == "cancelled" else _runs_out(arrivals, plan)
     return utterance, playback_end

@@ -12,6 +12,11 @@ every server the URL reaches (behind a proxy, each replica names itself in ``x-v
     python -m benchmarks.load --url http://tts-host:8000 --concurrency 1 4 16 --duration 60
     python -m benchmarks.load --spawn-server spark-tiny --concurrency 1 4 16 --report load_server
     python -m benchmarks.load --url ... --fault-at 10 --fault-cmd "kubectl delete pod tts-0"
+    python -m benchmarks.load --roll spark-tiny --concurrency 3 --duration 240 --report rollout
+
+``--roll KIND`` is a rolling restart behind one URL: two ``pipecat-veena serve`` processes behind
+haproxy (round robin, health checks on ``/ready``), and from ``--fault-at`` seconds on each is
+restarted in turn as a Deployment rolls (SIGTERM, drain, a new one on the same port, ``/ready``).
 
 ``--report NAME`` writes the figures into BENCHMARKS.md (section NAME) with this command and a
 PNG plot of TTFA and underruns against concurrency (benchmarks/figures/NAME.png).
@@ -25,8 +30,10 @@ import json
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -121,7 +128,7 @@ async def run_level(
         )
         for i in range(calls)
     ]
-    fault_note = None
+    fault_note = fault_done_s = None
     bar = tqdm(total=int(duration_s), desc=f"{calls} calls", unit="s", disable=not progress)
     pending = set(tasks)
     while pending:
@@ -132,7 +139,9 @@ async def run_level(
         bar.set_postfix(utterances=len(done), failed=failed, refresh=False)
         bar.refresh()
         if fault is not None and fault_note is None and elapsed >= (fault_at_s or 0.0):
-            fault_note = f"{await fault()} at {time.monotonic() - start:.1f} s"
+            what = await fault()
+            fault_done_s = round(time.monotonic() - start, 1)
+            fault_note = f"{what} at {fault_done_s:.1f} s"
     bar.close()
     wall = time.monotonic() - start
     left, waited = await settle(url, settle_s)
@@ -142,6 +151,7 @@ async def run_level(
         "left_running": left,
         "settled_in_s": round(waited, 2),
         "fault": fault_note,
+        "fault_done_s": fault_done_s,
     }
 
 
@@ -173,7 +183,8 @@ def summarize(
         "wall_s": round(wall_s, 1),
         "outcomes": dict(Counter(u.outcome for u in utterances)),
         "ttfa_ms": {
-            q: percentile(ttfa, v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+            **{q: percentile(ttfa, v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))},
+            "max": max(ttfa, default=None),
         },
         "rtf": {q: percentile(rtf, v) for q, v in (("p50", 0.5), ("p95", 0.95))},
         "underrun_ms": {
@@ -186,6 +197,7 @@ def summarize(
             "max": max(buffered, default=None),
         },
         "calls_with_underrun_over_100ms": sum(v > 100 for v in per_call),
+        "replayed": sum(u.replayed for u in utterances),
         "audio_s_per_s": round(sum(u.audio_s for u in utterances) / wall_s, 2),
         "errors": dict(errors),
         "retries": sum(r.retries for r in results),
@@ -261,31 +273,135 @@ def plot(series: dict[str, list[dict[str, Any]]], path: Path, title: str) -> Pat
     return path
 
 
-# -- a server to point at ------------------------------------------------------------------------
+# -- servers to point at -------------------------------------------------------------------------
+class ServeProcess:
+    """``pipecat-veena serve`` on a demo checkpoint (or a directory) in a process of its own.
+
+    Args:
+        kind: a demo kind (``spark-tiny``...) or a checkpoint directory.
+        port: the port it listens on (kept across restarts).
+        log: where its output goes (None: this process's).
+    """
+
+    def __init__(self, kind: str, port: int, log: Path | None = None) -> None:
+        from pipecat_veena.demo import DEMO_KINDS, build_demo_checkpoint
+
+        model = build_demo_checkpoint(kind) if kind in DEMO_KINDS else Path(kind)
+        self.command = [sys.executable, "-c", "from pipecat_veena.cli import main; main()",
+                        "serve", "--model", str(model), "--port", str(port)]  # fmt: skip
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        self.process: subprocess.Popen | None = None
+
+    def start(self, ready_within_s: float = 300.0) -> None:
+        """Start it and wait until ``/ready`` is 200."""
+        out = self.log.open("a") if self.log else None
+        err = subprocess.STDOUT if out else None
+        try:
+            self.process = subprocess.Popen(
+                self.command, start_new_session=True, stdout=out, stderr=err
+            )
+        finally:
+            if out is not None:
+                out.close()  # (the process has its own copy)
+        deadline = time.monotonic() + ready_within_s
+        while not _ready(self.url):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the server did not get ready ({shlex.join(self.command)})")
+            time.sleep(0.5)
+
+    def stop(self, wait_s: float = 90.0) -> int | None:
+        """SIGTERM (it drains), wait for it to exit (killed after ``wait_s``); its exit status."""
+        if self.process is None:
+            return None
+        process, self.process = self.process, None
+        process.send_signal(signal.SIGTERM)
+        try:
+            return process.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.wait()
+
+
 @contextmanager
 def spawned_server(kind: str, port: int) -> Iterator[str]:
     """``pipecat-veena serve`` on a demo checkpoint (or a directory), stopped with SIGTERM."""
-    from pipecat_veena.demo import DEMO_KINDS, build_demo_checkpoint
-
-    model = build_demo_checkpoint(kind) if kind in DEMO_KINDS else Path(kind)
-    command = [sys.executable, "-c", "from pipecat_veena.cli import main; main()", "serve",
-               "--model", str(model), "--port", str(port)]  # fmt: skip
-    process = subprocess.Popen(command, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    server = ServeProcess(kind, port)
     try:
-        deadline = time.monotonic() + 180
-        while not _ready(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not get ready ({shlex.join(command)})")
-            time.sleep(0.5)
-        yield url
+        server.start()
+        yield server.url
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        server.stop()
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+#: haproxy in front of the servers, as a Kubernetes Service or cloud balancer would be: round
+#: robin, a server out of rotation after one failed ``/ready`` check (every 500 ms) and back
+#: after two good ones; a refused connection is retried on another server.
+HAPROXY_CONFIG = """global
+    maxconn 2000
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 600s
+    timeout server 600s
+    timeout tunnel 1h
+    retries 3
+    option redispatch
+frontend veena
+    bind 127.0.0.1:{port}
+    default_backend servers
+backend servers
+    balance roundrobin
+    option httpchk GET /ready
+    default-server inter 500ms fall 1 rise 2
+{servers}
+"""
+
+
+@contextmanager
+def haproxy(urls: list[str], port: int, binary: str = "/usr/sbin/haproxy") -> Iterator[str]:
+    """Debian's haproxy on ``port`` in front of ``urls`` (``HAPROXY_CONFIG``); yields its URL."""
+    servers = "\n".join(
+        f"    server s{i} {url.split('://')[1]} check" for i, url in enumerate(urls)
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".cfg", delete=False) as f:
+        f.write(HAPROXY_CONFIG.format(port=port, servers=servers))
+    process = subprocess.Popen([binary, "-db", "-f", f.name], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not _ready(f"http://127.0.0.1:{port}"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"haproxy did not come up (exit {process.poll()})")
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(10)
+        Path(f.name).unlink()
+
+
+def rolling_restart(servers: list[ServeProcess]) -> Callable[[], Awaitable[str]]:
+    """A fault that restarts each server in turn as a Deployment rolls: SIGTERM (it drains),
+    then a new one on the same port, ready (``/ready`` 200) before the next one goes."""
+
+    async def roll() -> str:
+        start = time.monotonic()
+        statuses = []
+        for server in servers:
+            statuses.append(await asyncio.to_thread(server.stop))
+            await asyncio.to_thread(server.start)
+        took = time.monotonic() - start
+        return f"rolled {len(servers)} servers (exit statuses {statuses}) in {took:.0f} s"
+
+    return roll
 
 
 def _ready(url: str) -> bool:
@@ -314,6 +430,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="KIND_OR_DIR",
         help="start `pipecat-veena serve` on a demo kind or checkpoint here",
     )
+    target.add_argument(
+        "--roll",
+        metavar="KIND_OR_DIR",
+        help="two servers on this behind haproxy, restarted in turn from --fault-at on",
+    )
     p.add_argument("--port", type=int, default=8765, help="port for --spawn-server")
     p.add_argument("--api-key", default=None)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
@@ -337,9 +458,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)  # fmt: skip
 
 
-async def run(args: argparse.Namespace, url: str) -> list[dict[str, Any]]:
+async def run(
+    args: argparse.Namespace, url: str, fault: Callable[[], Awaitable[str]] | None = None
+) -> list[dict[str, Any]]:
     plan = CallPlan(pause_s=tuple(args.pause), barge_in=args.barge_in, prebuffer_s=args.prebuffer)
-    fault = _shell_fault(args.fault_cmd) if args.fault_cmd else None
+    if args.fault_cmd:
+        fault = _shell_fault(args.fault_cmd)
     levels = []
     for calls in args.concurrency:
         level = await run_level(
@@ -357,6 +481,20 @@ def main(argv: list[str] | None = None) -> int:
         with spawned_server(args.spawn_server, args.port) as url:
             levels = asyncio.run(run(args, url))
         where = f"`pipecat-veena serve` on {args.spawn_server}, on this machine"
+    elif args.roll:
+        servers = [ServeProcess(args.roll, free_port()) for _ in range(2)]
+        try:
+            for server in servers:
+                server.start()
+            with haproxy([s.url for s in servers], args.port) as url:
+                levels = asyncio.run(run(args, url, rolling_restart(servers)))
+        finally:
+            for server in servers:
+                server.stop()
+        where = (
+            f"haproxy in front of two `pipecat-veena serve` on {args.roll}, each restarted in "
+            "turn (SIGTERM, drain, new process, /ready), on this machine"
+        )
     else:
         levels = asyncio.run(run(args, args.url))
         where = args.url

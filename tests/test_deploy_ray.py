@@ -65,7 +65,7 @@ def _server_tag(request_id: str) -> str:
 
 def _replica_of(engine: RemoteVeenaEngine) -> str:
     """The replica a RemoteVeenaEngine's connection reached (the proxy's handshake header)."""
-    return engine._links[0]._ws.response.headers[HEADER]  # (a test may look inside)
+    return engine._links[0]._conn.ws.response.headers[HEADER]  # (a test may look inside)
 
 
 def _all_ended(procs: list[psutil.Process], timeout_s: float) -> bool:

@@ -1,0 +1,75 @@
+"""A rolling restart behind one URL, all real: Debian's haproxy (round robin, health checks on
+``/ready``) in front of two ``pipecat-veena serve`` processes on the spark-tiny demo, each with
+its own vLLM CPU engine; phone-call-like load through ``RemoteVeenaEngine`` (the calls of
+benchmarks/load.py); each server restarted in turn as a Deployment rolls (SIGTERM, drain, a new
+process on the same port, ``/ready``). No turn may fail, none may get audio twice, and none may
+wait for its first audio longer than the handover bound.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from server_fakes import ROOT
+
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._load_calls import CallPlan  # noqa: E402
+from benchmarks.load import (  # noqa: E402
+    ServeProcess,
+    free_port,
+    haproxy,
+    rolling_restart,
+    run_level,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+#: The drain handover bound: the longest a turn may wait for its first audio during the roll.
+#: A turn that meets a draining server is refused at once (goaway / server_draining) and goes to
+#: a new connection; haproxy takes the server out of rotation within one 500 ms check, so the
+#: handover itself takes about a second, on top of the time to first audio under this load
+#: (seconds on a shared 2-core CPU; milliseconds on a GPU). Generous, so that it cannot flake;
+#: measure it with ``python -m benchmarks.load --roll spark-tiny``.
+HANDOVER_BOUND_S = 20.0
+#: Load long enough for both restarts (each a vLLM CPU start) to happen under it.
+DURATION_S = 300.0
+
+
+@pytest.fixture
+def servers(spark_tiny_checkpoint, tmp_path):
+    """Two real servers on free ports (their logs in tmp_path), stopped at the end."""
+    if shutil.which("haproxy", path="/usr/sbin:/usr/bin") is None:
+        pytest.skip("haproxy is not installed (apt-get install haproxy)")
+    started = [
+        ServeProcess(str(spark_tiny_checkpoint), free_port(), tmp_path / f"serve-{i}.log")
+        for i in range(2)
+    ]
+    try:
+        with ThreadPoolExecutor(2) as pool:  # (both engines load at once)
+            list(pool.map(ServeProcess.start, started))
+        yield started
+    finally:
+        for server in started:
+            server.stop()
+
+
+async def test_a_rolling_restart_behind_haproxy_loses_no_turn(servers):
+    plan = CallPlan(pause_s=(0.3, 1.5))
+    with haproxy([s.url for s in servers], free_port()) as url:
+        level = await run_level(
+            url, 3, DURATION_S, plan, seed=7, fault=rolling_restart(servers), fault_at_s=5.0,
+            progress=False,
+        )  # fmt: skip
+    print(level)  # the figures, for the report
+    assert level["fault"].startswith("rolled 2 servers (exit statuses [0, 0])"), level["fault"]
+    assert level["fault_done_s"] < DURATION_S - 10, "the roll did not happen under load"
+    outcomes = level["outcomes"]
+    assert outcomes.get("completed", 0) > 20, outcomes
+    assert not level["errors"] and "error" not in outcomes and "hung" not in outcomes, level
+    assert level["replayed"] == 0  # no turn got audio twice
+    assert level["ttfa_ms"]["max"] < HANDOVER_BOUND_S * 1000, level["ttfa_ms"]
+    assert level["left_running"] == 0
