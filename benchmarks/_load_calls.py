@@ -43,7 +43,8 @@ class CallPlan:
         barge_in: the share of bot sentences the caller interrupts.
         barge_in_after_s: when the caller interrupts, seconds after the first audio (uniform).
         prebuffer_s: audio the player holds before it starts playing (a jitter buffer).
-        hang_s: an utterance still open after this long counts as hung (and is closed).
+        hang_s: an utterance still open after this long counts as hung (and is closed); also
+            the engine's ``response_timeout_s`` (a slow server is measured, not failed).
         voice: the voice (None: the server's default).
     """
 
@@ -186,7 +187,9 @@ async def run_call(
     """
     rng = random.Random(seed)
     result = CallResult(call)
-    engine = RemoteVeenaEngine(url, api_key=api_key, connect_timeout_s=30.0)
+    engine = RemoteVeenaEngine(
+        url, api_key=api_key, connect_timeout_s=30.0, response_timeout_s=plan.hang_s
+    )
     try:
         await asyncio.sleep(rng.uniform(0, min(2.0, max(0.0, deadline - time.monotonic()) / 4)))
         await engine.start()

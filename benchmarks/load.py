@@ -281,14 +281,17 @@ class ServeProcess:
         kind: a demo kind (``spark-tiny``...) or a checkpoint directory.
         port: the port it listens on (kept across restarts).
         log: where its output goes (None: this process's).
+        args: more ``serve`` arguments (e.g. ``--drain-timeout 300``).
     """
 
-    def __init__(self, kind: str, port: int, log: Path | None = None) -> None:
+    def __init__(
+        self, kind: str, port: int, log: Path | None = None, args: tuple[str, ...] = ()
+    ) -> None:
         from pipecat_veena.demo import DEMO_KINDS, build_demo_checkpoint
 
         model = build_demo_checkpoint(kind) if kind in DEMO_KINDS else Path(kind)
         self.command = [sys.executable, "-c", "from pipecat_veena.cli import main; main()",
-                        "serve", "--model", str(model), "--port", str(port)]  # fmt: skip
+                        "serve", "--model", str(model), "--port", str(port), *args]  # fmt: skip
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
         self.process: subprocess.Popen | None = None
@@ -311,7 +314,7 @@ class ServeProcess:
                 raise RuntimeError(f"the server did not get ready ({shlex.join(self.command)})")
             time.sleep(0.5)
 
-    def stop(self, wait_s: float = 90.0) -> int | None:
+    def stop(self, wait_s: float = 700.0) -> int | None:
         """SIGTERM (it drains), wait for it to exit (killed after ``wait_s``); its exit status."""
         if self.process is None:
             return None
