@@ -171,17 +171,27 @@ def _runs_out(arrivals: list[tuple[float, float]], plan: CallPlan) -> float:
     return runs_out
 
 
+class Deadline:
+    """When the calls end (monotonic seconds); a fault may bring it forward."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
+
+
 async def run_call(
     url: str,
     call: int,
-    deadline: float,
+    deadline: Deadline,
     plan: CallPlan,
     *,
     seed: int,
     api_key: str | None = None,
     done: list[Utterance] | None = None,
 ) -> CallResult:
-    """One call until ``deadline`` (monotonic): caller pauses, bot sentences, barge-ins.
+    """One call until ``deadline``: caller pauses, bot sentences, barge-ins.
 
     ``done`` (shared) receives each utterance as it ends, for a live progress display.
     """
@@ -191,11 +201,11 @@ async def run_call(
         url, api_key=api_key, connect_timeout_s=30.0, response_timeout_s=plan.hang_s
     )
     try:
-        await asyncio.sleep(rng.uniform(0, min(2.0, max(0.0, deadline - time.monotonic()) / 4)))
+        await asyncio.sleep(rng.uniform(0, min(2.0, max(0.0, deadline.left()) / 4)))
         await engine.start()
-        while time.monotonic() < deadline:
+        while deadline.left() > 0:
             await asyncio.sleep(rng.uniform(*plan.pause_s))  # the caller's turn
-            if time.monotonic() >= deadline:
+            if deadline.left() <= 0:
                 break
             utterance, playback_end = await speak(engine, rng.choice(SENTENCES), plan, rng, call)
             result.utterances.append(utterance)

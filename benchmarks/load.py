@@ -45,7 +45,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from tqdm import tqdm
 
-from benchmarks._load_calls import JITTER_BUFFER_S, CallPlan, CallResult, run_call
+from benchmarks._load_calls import JITTER_BUFFER_S, CallPlan, CallResult, Deadline, run_call
 from benchmarks._report import percentile, update_section
 
 REPLICA_HEADER = "x-veena-replica"
@@ -113,14 +113,16 @@ async def run_level(
     fault_at_s: float | None = None,
     settle_s: float = 10.0,
     progress: bool = True,
+    after_fault_s: float | None = None,
 ) -> dict[str, Any]:
     """Run ``calls`` simulated calls for ``duration_s``; returns the level's summary.
 
-    ``fault`` (awaited once, ``fault_at_s`` seconds in) injects a failure and describes it.
+    ``fault`` (awaited once, ``fault_at_s`` seconds in) injects a failure and describes it;
+    with ``after_fault_s`` the calls end that long after the fault is over (if sooner).
     """
     before = await scrape(url)
     start = time.monotonic()
-    deadline = start + duration_s
+    deadline = Deadline(start + duration_s)
     done: list = []
     tasks = [
         asyncio.create_task(
@@ -142,6 +144,8 @@ async def run_level(
             what = await fault()
             fault_done_s = round(time.monotonic() - start, 1)
             fault_note = f"{what} at {fault_done_s:.1f} s"
+            if after_fault_s is not None:
+                deadline.at = min(deadline.at, time.monotonic() + after_fault_s)
     bar.close()
     wall = time.monotonic() - start
     left, waited = await settle(url, settle_s)

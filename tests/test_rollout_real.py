@@ -35,8 +35,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 #: (seconds on a shared 2-core CPU; milliseconds on a GPU). Generous, so that it cannot flake;
 #: measure it with ``python -m benchmarks.load --roll spark-tiny``.
 HANDOVER_BOUND_S = 20.0
-#: Load long enough for both restarts (each a vLLM CPU start) to happen under it.
-DURATION_S = 480.0
+#: The most the load may run: the roll (two vLLM CPU starts) must happen within it. The calls
+#: end AFTER_ROLL_S after the roll is over, so the test takes the roll plus that.
+DURATION_S = 900.0
+AFTER_ROLL_S = 10.0
 #: The servers' drain deadline: longer than any utterance takes here (a shared CPU generates
 #: far slower than real time), so that no in-flight utterance is cut by the deadline itself.
 DRAIN_TIMEOUT_S = "600"
@@ -70,7 +72,7 @@ async def test_a_rolling_restart_behind_haproxy_loses_no_turn(servers):
     with haproxy([s.url for s in servers], free_port()) as url:
         level = await run_level(
             url, 3, DURATION_S, plan, seed=7, fault=rolling_restart(servers), fault_at_s=5.0,
-            progress=False,
+            progress=False, after_fault_s=AFTER_ROLL_S,
         )  # fmt: skip
     print(level)  # the figures, for the report
     assert level["fault"].startswith("rolled 2 servers (exit statuses [0, 0])"), level["fault"]
