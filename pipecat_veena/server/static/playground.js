@@ -148,7 +148,8 @@ function unreachable(why) {
 async function watchHealth() {
   if (page.connection !== "connected" && page.connection !== "idle") return;
   try {
-    const response = await fetch("/health", { signal: AbortSignal.timeout(HEALTH_TIMEOUT_S * 1000) });
+    const signal = AbortSignal.timeout(HEALTH_TIMEOUT_S * 1000);
+    const response = await fetch("/health", { signal });
     if (response.ok || response.status === 503) return; // 503: up, starting or draining
     throw new Error(`HTTP ${response.status}`);
   } catch (e) {
@@ -473,7 +474,8 @@ function render() {
   $("state").textContent = stateText(u);
   $("state").dataset.warning = (u.done && u.done.warning) || "";
   const ms = (value) => `${Math.round(value)} ms`;
-  $("ttfa").textContent = u.firstSoundMs !== null ? ms(u.firstSoundMs) : busy ? "waiting…" : "–";
+  const waiting = busy ? "waiting…" : "–";
+  $("ttfa").textContent = u.firstSoundMs !== null ? ms(u.firstSoundMs) : waiting;
   $("ttff").textContent = `first frame: ${u.firstAudioMs !== null ? ms(u.firstAudioMs) : "–"}`;
   $("rtf").textContent = u.rtf !== null ? u.rtf.toFixed(2) : "–";
   $("underruns").textContent = String(u.underruns);
