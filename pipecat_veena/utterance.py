@@ -38,12 +38,15 @@ class AudioChunk:
         sample_rate: their rate (the codec's: 16 kHz BiCodec, 24 kHz SNAC).
         tokens: LLM tokens generated in the request up to this chunk.
         prompt_tokens: prompt tokens of the request's LLM calls up to this chunk.
+        cut: why the utterance was cut short, on the chunks decoded after it was: "loop_guard"
+            (the model repeated itself) or "token_cap" (a part hit its cap on tokens); None.
     """
 
     pcm: bytes
     sample_rate: int
     tokens: int
     prompt_tokens: int = 0
+    cut: str | None = None
 
     @property
     def num_samples(self) -> int:
@@ -112,6 +115,7 @@ class Utterance:
         self.voiceprint = self.fmt.voices.print_for(voice) if self.config.pin_voices else None
         self.captured = False
         self.capped = False
+        self.cut: str | None = None  # AudioChunk.cut
         self.tokens = 0
         self.prompt_tokens = 0
         self.samples = 0
@@ -205,6 +209,7 @@ class Utterance:
                 await generator.abort(request_id)
         if reason == "length":
             self.capped = True
+            self.cut = self.cut or "token_cap"
             logger.warning(
                 f"{self.rid}: part {index} hit the runaway cap ({options.max_tokens} tokens) "
                 "for its text length; stopped it"
@@ -223,6 +228,7 @@ class Utterance:
         if not self.first_code_at:
             self.first_code_at = time.monotonic()
         if self.guard.feed(codes):
+            self.cut = "loop_guard"
             logger.warning(
                 f"{self.rid}: generation is looping (period {self.guard.period} codes); "
                 "stopping this utterance"
@@ -290,5 +296,6 @@ class Utterance:
         if self.first_audio_at is None:
             self.first_audio_at = time.monotonic()
         return AudioChunk(
-            to_pcm_bytes(samples), self.codec.sample_rate, self.tokens, self.prompt_tokens
-        )
+            to_pcm_bytes(samples), self.codec.sample_rate, self.tokens, self.prompt_tokens,
+            cut=self.cut,
+        )  # fmt: skip

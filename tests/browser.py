@@ -160,6 +160,11 @@ async def open_page(browser: Any) -> AsyncIterator[BrowserPage]:
         await context.close()
 
 
+def console_errors(browser_page: BrowserPage) -> list[str]:
+    """The console errors a page logged."""
+    return [line for line in browser_page.console if line.startswith("error")]
+
+
 @dataclass(frozen=True)
 class AudioStats:
     """What a page has received over WebRTC audio, summed over its inbound audio streams.

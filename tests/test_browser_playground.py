@@ -11,6 +11,8 @@ fail on a server whose engine yields nothing, and on one that yields silence. Ar
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import math
 import re
 import time
 from collections.abc import AsyncIterator
@@ -20,16 +22,17 @@ import httpx
 import numpy as np
 import pytest
 import pytest_asyncio
-from browser import ARTIFACTS, open_page, save_artifact
+from browser import ARTIFACTS, console_errors, open_page, save_artifact
 from recording import RecordingGenerator
-from server_fakes import RATE, FakeSpeechEngine, serving
+from server_fakes import RATE, FakeSpeechEngine, RawClient, serving
 
 from pipecat_veena.engine import AudioChunk, EngineConfig, VeenaEngine
-from pipecat_veena.server import ServerHandle, ServerSettings
+from pipecat_veena.server import ServerHandle, ServerSettings, create_app
 
 pytestmark = pytest.mark.browser
 
 HINDI = "नमस्ते! आपका OTP 482913 है।"
+EMOJI_ONLY = "🙏🎉👍"
 LONG_HINDI = ("नमस्ते! आपका order आज सुबह ship हो गया है और यह तीन दिन में आपके घर पहुँच जाएगा। ") * 6
 KEY = "playground-test-key"
 
@@ -99,8 +102,9 @@ async def wait_for_end(page: Any, *, within: float = 120.0, played: bool = True)
     return await utterance(page)
 
 
-def console_errors(browser_page: Any) -> list[str]:
-    return [line for line in browser_page.console if line.startswith("error")]
+def shown_ms(ms: float) -> str:
+    """A time as the page shows it (JavaScript's Math.round, not Python's round-half-even)."""
+    return f"{math.floor(ms + 0.5)} ms"
 
 
 async def unfinished_on_metrics(url: str) -> float:
@@ -147,8 +151,9 @@ async def test_hindi_text_streams_into_the_page(chromium, real):
             assert voices == engine.voices
             await speak(page, HINDI, seed=3)
             first = await wait_for_page_audio(page)
-            assert re.fullmatch(r"\d+ ms", await page.inner_text("#ttfa"))
             u = await wait_for_end(page)
+            hint = await page.inner_text("#hint")
+            assert re.fullmatch(r"\d+ ms", await page.inner_text("#ttfa"))
             measured = {"first_audio": first, "end": u}
         finally:
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -166,6 +171,12 @@ async def test_hindi_text_streams_into_the_page(chromium, real):
         assert u["played"] == u["samples"] and u["buffered"] == 0
         assert u["tokens"] == done["tokens"] and u["peak"] > 0
         assert 0 < first["firstAudioMs"] <= u["lastAudioMs"]
+        # First sound: when the player played the first sample that is not silence, after the
+        # first frame arrived (the prebuffer at least), and that is the figure the page shows.
+        assert u["firstSoundMs"] > u["firstAudioMs"]
+        assert await page.inner_text("#ttfa") == shown_ms(u["firstSoundMs"])
+        if u["underruns"] and u["rtf"] > 1:  # a busy machine: spark-tiny is already in use
+            assert "busy" in hint and "--model" not in hint
         assert browser_page.blocked == [] and console_errors(browser_page) == []
     await settled(engine, server)
 
@@ -224,13 +235,56 @@ async def test_api_key(chromium, real):
     await settled(engine, server)
 
 
+@pytest.mark.vllm
+async def test_emoji_only_text_says_there_is_nothing_to_speak(chromium, real):
+    engine, _ = real
+    async with serving(engine, demo=True) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        await speak(page, EMOJI_ONLY)
+        u = await wait_for_end(page, within=30)
+        assert u["state"] == "completed" and u["samples"] == 0
+        assert u["done"]["warning"] == "nothing_to_speak"
+        assert await page.inner_text("#state") == "nothing to speak"
+        assert "nothing to speak" in await page.inner_text("#message")
+        assert console_errors(browser_page) == []
+    await settled(engine, server)
+
+
+@pytest.mark.vllm
+async def test_a_part_cut_at_its_token_cap_is_not_a_clean_finish(real):
+    """The server side of the page's "cut short": the real engine, a part capped by max_tokens."""
+    engine, _ = real
+    async with serving(engine) as server, RawClient.connect(server.ws_url) as client:
+        options = {"max_tokens": 60, "seed": 1}
+        text = LONG_HINDI[:200]
+        await client.send({"type": "speak", "id": "c", "text": text, "options": options})
+        _, end = await client.until_end("c")
+        assert end.type == "done" and end.reason == "completed"
+        assert end.warning == "token_cap"
+        await client.send({"type": "speak", "id": "d", "text": HINDI, "options": {"seed": 1}})
+        _, end = await client.until_end("d")
+        assert end.type == "done" and end.warning is None
+    await settled(engine, server)
+
+
 # -- the check fails when no audio arrives (fake engines, no vLLM) ----------------------------
 class SilentEngine(FakeSpeechEngine):
-    """A fake engine whose chunks are digital silence (samples arrive, sound does not)."""
+    """A fake engine whose first ``silent`` chunks (None: all) are digital silence.
+
+    Samples arrive, sound does not (until the tone after the silent chunks).
+    """
+
+    def __init__(self, *, silent: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.silent = silent
 
     async def stream(self, text, voice=None, *, request_id=None, **options):
+        i = 0
         async for chunk in super().stream(text, voice, request_id=request_id, **options):
-            yield AudioChunk(bytes(len(chunk.pcm)), chunk.sample_rate, tokens=chunk.tokens)
+            i += 1
+            loud = self.silent is not None and i > self.silent
+            yield chunk if loud else AudioChunk(bytes(len(chunk.pcm)), RATE, tokens=chunk.tokens)
 
 
 @pytest.mark.parametrize(
@@ -274,3 +328,146 @@ async def test_underruns_are_counted_and_every_sample_plays(chromium):
         assert u["underruns"] >= 1
         assert await page.inner_text("#underruns") == str(u["underruns"])
         assert u["samples"] == u["played"] == 4 * RATE // 10
+
+
+# -- what the page says (fake engines, no vLLM) ----------------------------------------------
+class CutEngine(FakeSpeechEngine):
+    """A fake engine that says its last chunks were cut short (``AudioChunk.cut``)."""
+
+    async def stream(self, text, voice=None, *, request_id=None, **options):
+        async for chunk in super().stream(text, voice, request_id=request_id, **options):
+            yield dataclasses.replace(chunk, cut="loop_guard")
+
+
+async def test_first_sound_is_when_sound_plays_not_when_the_first_frame_arrives(chromium):
+    # 0.5 s between chunks, the first three silent: the first frame arrives about 1.5 s before
+    # the first sound can play.
+    engine = SilentEngine(silent=3, chunks=5, chunk_samples=RATE // 10, delay=0.5)
+    async with serving(engine) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        await speak(page, "Silence, then a tone.")
+        u = await wait_for_end(page, within=20)
+        assert u["firstSoundMs"] - u["firstAudioMs"] >= 500
+        assert await page.inner_text("#ttfa") == shown_ms(u["firstSoundMs"])
+        assert await page.inner_text("#ttff") == f"first frame: {shown_ms(u['firstAudioMs'])}"
+    # Silence alone is never a first sound.
+    silent = SilentEngine(chunks=3, chunk_samples=RATE // 10)
+    async with serving(silent) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        await speak(page, "Only silence.")
+        u = await wait_for_end(page, within=20)
+        assert u["samples"] == 3 * RATE // 10 and u["firstAudioMs"] is not None
+        assert u["firstSoundMs"] is None and await page.inner_text("#ttfa") == "–"
+
+
+async def test_stutter_says_why_and_what_keeps_up(chromium):
+    # 0.1 s of audio every 0.4 s: slower than real time, so the player runs dry.
+    slow = FakeSpeechEngine(chunks=4, chunk_samples=RATE // 10, delay=0.4)
+    async with serving(slow, demo=True) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        await speak(page, "A slow tone.")
+        u = await wait_for_end(page, within=20)
+        assert u["underruns"] >= 1 and u["rtf"] > 1
+        hint = await page.inner_text("#hint")
+        assert "slower than real time" in hint and f"{u['rtf']:.2f}" in hint
+        assert "--model ~/.cache/pipecat_veena/demo/spark-tiny" in hint
+    fast = FakeSpeechEngine(chunks=4, chunk_samples=RATE // 10)
+    async with serving(fast, demo=True) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        await speak(page, "A fast tone.")
+        u = await wait_for_end(page, within=20)
+        assert u["underruns"] == 0 and await page.is_hidden("#hint")
+
+
+async def test_a_cut_short_utterance_looks_different_from_a_finish(chromium):
+    async with serving(CutEngine(chunks=2)) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        await speak(page, "A tone that loops.")
+        u = await wait_for_end(page, within=20)
+        assert u["done"]["reason"] == "completed" and u["done"]["warning"] == "loop_guard"
+        state = await page.inner_text("#state")
+        assert state.startswith("cut short: looping") and not state.startswith("done")
+        assert await page.get_attribute("#state", "data-warning") == "loop_guard"
+        assert "loop guard" in await page.inner_text("#message")
+
+
+async def test_a_server_that_went_away_is_noticed_and_redialled(chromium):
+    engine = FakeSpeechEngine(chunks=2)
+    first = ServerHandle(create_app(engine))
+    await first.start()
+    port = first.port
+    second = None
+    try:
+        async with open_page(chromium) as browser_page:
+            page = browser_page.page
+            await open_playground(page, first.url)
+            await first.stop()
+            # Noticed at once, without a Speak, in words rather than a close code.
+            await page.wait_for_function(
+                "() => window.playground.connection === 'unreachable'", timeout=15_000
+            )
+            header = await page.inner_text("#model")
+            message = await page.inner_text("#message")
+            assert "unreachable, reconnecting" in header
+            assert "Reconnecting" in message and not re.search(r"code \d{4}", message)
+            # The server comes back on the same address: the page redials by itself.
+            second = ServerHandle(create_app(engine), port=port)
+            await second.start()
+            await page.wait_for_function(
+                "() => window.playground.connection === 'connected'", timeout=40_000
+            )
+            assert await page.is_hidden("#message")
+            await speak(page, "Back again.")
+            assert (await wait_for_end(page, within=20))["state"] == "completed"
+    finally:
+        await first.stop()
+        if second is not None:
+            await second.stop()
+
+
+async def test_the_header_asks_for_a_key_and_says_when_it_is_refused(chromium):
+    settings = ServerSettings(api_keys={KEY: "playground"})
+    async with serving(FakeSpeechEngine(), settings) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url, expect_voices=False)
+        assert await page.evaluate("() => window.playground.connection") == "key_needed"
+        assert "API key needed" in await page.inner_text("#model")
+        await page.fill("#key", "not-the-key")
+        await page.locator("#key").blur()
+        await page.wait_for_function("() => window.playground.connection === 'key_refused'")
+        assert "API key refused" in await page.inner_text("#model")
+        await page.fill("#key", KEY)
+        await page.locator("#key").blur()
+        await page.wait_for_function("() => window.playground.connection === 'connected'")
+
+
+async def test_keyboard_focus_stays_on_speak(chromium):
+    async with serving(FakeSpeechEngine(chunks=2)) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        await page.focus("#speak")
+        for n in (1, 2):  # Enter, Enter: a keyboard user speaks twice without reaching for a mouse
+            await page.keyboard.press("Enter")
+            u = await wait_for_end(page, within=20)
+            assert u["id"] == f"u{n}" and u["state"] == "completed"
+            assert await page.evaluate("() => document.activeElement.id") == "speak"
+
+
+async def test_the_page_loads_with_an_icon_and_no_console_errors(chromium):
+    async with serving(FakeSpeechEngine()) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        failed: list[str] = []
+        page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
+        await open_playground(page, server.url)
+        await page.wait_for_load_state("networkidle")
+        assert failed == [] and console_errors(browser_page) == []
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            icon = await http.get("/favicon.ico")
+            linked = await http.get(await page.get_attribute("link[rel=icon]", "href"))
+        assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+        assert linked.status_code == 200 and linked.content == icon.content

@@ -21,6 +21,7 @@ from browser import (
     ARTIFACTS,
     AudioStats,
     Server,
+    console_errors,
     free_port,
     inbound_audio,
     open_page,
@@ -35,6 +36,7 @@ from browser import (
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 BOT = Path(__file__).resolve().parent.parent / "examples" / "webrtc_bot.py"
+CLIENT_PAGE = BOT.with_name("webrtc_client.html")
 GREETING = "नमस्ते! Welcome to the WebRTC test."
 TYPED = "आपका order ship हो गया है।"
 
@@ -146,6 +148,17 @@ async def test_silence_is_not_audio(chromium, gain: float):
         else:
             stats = await wait_for_audio(page, since=flowing, within=10)
             assert stats.total_audio_energy > flowing.total_audio_energy
+
+
+async def test_the_text_box_has_a_label(chromium):
+    """The page's text box has an accessible name from a label, not only a placeholder."""
+    async with open_page(chromium) as browser_page:
+        page = browser_page.page
+        await page.goto(CLIENT_PAGE.as_uri())
+        box = page.get_by_label("Text to speak")
+        assert await box.count() == 1 and await box.get_attribute("id") == "text"
+        assert await page.eval_on_selector("#text", "e => e.labels.length") == 1
+        assert browser_page.blocked == [] and console_errors(browser_page) == []
 
 
 def test_audio_stats_sum_streams():

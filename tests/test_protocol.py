@@ -112,6 +112,9 @@ def test_audio_frame_round_trip_and_garbage():
 def test_server_messages_round_trip():
     done = Done("u", "completed", 40, 1.5, 80.0, 1600.0, 16000, "ws-1")
     assert parse_server_message(to_json(done)) == done
+    assert "warning" not in to_json(done)  # absent while null: clients from before it read it
+    cut = Done("u", "completed", 40, 1.5, 80.0, 1600.0, 16000, "ws-1", warning="loop_guard")
+    assert parse_server_message(to_json(cut)) == cut and '"warning":"loop_guard"' in to_json(cut)
     goaway = GoAway(ErrorCode.SERVER_DRAINING, "going")
     assert parse_server_message(to_json(goaway)) == goaway
     for broken in ('{"type": "done", "id": "u"}', '{"id": "u"}', "[1]", "not json"):

@@ -118,9 +118,18 @@ def check_unicode(value: str, what: str, ref: str | None = None) -> None:
         ) from None
 
 
+#: Fields added after protocol 1 shipped, left out while null so that clients from before them
+#: (which refused unknown fields) still read every message that does not use them.
+_OMITTED_WHEN_NULL = ("warning",)
+
+
 def to_json(message: Any) -> str:
     """One protocol message (a dataclass of this module) as a JSON text frame."""
-    return json.dumps(asdict(message), separators=(",", ":"))
+    data = asdict(message)
+    for name in _OMITTED_WHEN_NULL:
+        if name in data and data[name] is None:
+            del data[name]
+    return json.dumps(data, separators=(",", ":"))
 
 
 def parse_client_message(text: str) -> ClientMessage:

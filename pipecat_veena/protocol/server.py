@@ -38,7 +38,11 @@ class Ready:
 
 @dataclass(frozen=True)
 class Done:
-    """An utterance ended: ``completed`` (all its audio was sent) or ``cancelled``."""
+    """An utterance ended: ``completed`` (all its audio was sent) or ``cancelled``.
+
+    ``warning``: why a completed utterance said less than asked ("nothing_to_speak",
+    "loop_guard", "token_cap"), or None.
+    """
 
     id: str
     reason: str
@@ -48,6 +52,7 @@ class Done:
     elapsed_ms: float
     sample_rate: int
     request_id: str
+    warning: str | None = None
     type: str = "done"
 
 

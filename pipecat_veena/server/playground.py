@@ -13,7 +13,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-#: The page's files: index.html, playground.js, player-worklet.js, playground.css.
+#: The page's files: index.html, playground.js, player-worklet.js, playground.css, favicon.svg.
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 #: Where the page's scripts, worklet and style sheet are served.
 ASSETS_PATH = "/playground"
@@ -34,6 +34,12 @@ async def playground() -> Response:
         media_type="text/html; charset=utf-8",
         headers={"Content-Security-Policy": CSP, "Cache-Control": "no-cache"},
     )
+
+
+@router.get("/favicon.ico", include_in_schema=False)
+async def favicon() -> Response:
+    """The page's icon, also where browsers and tools look for one without a ``<link>``."""
+    return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
 
 
 def add_playground(app: FastAPI) -> None:

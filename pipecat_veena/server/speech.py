@@ -64,6 +64,8 @@ class SpeechRun:
         self.request_id = server.new_request_id(api)
         self.tokens = 0
         self.samples = 0
+        self.speakable = False  # some segment had something to say
+        self.cut: str | None = None  # why the engine cut it short (AudioChunk.cut), if it did
         self.started = time.monotonic()
         self.first_audio_at: float | None = None
         self.last_audio_at: float | None = None
@@ -77,12 +79,14 @@ class SpeechRun:
         Closing the iterator (or cancelling its consumer) aborts the engine request at once.
         """
         base = self.tokens
+        self.speakable = self.speakable or self.server.speakable(text)
         stream = self.server.engine.stream(
             text, self.voice, request_id=self.request_id, **self.options
         )
         async with aclosing(stream) as chunks:
             async for chunk in chunks:
                 self.tokens = base + chunk.tokens
+                self.cut = self.cut or chunk.cut
                 pcm = self.resampler.resample(chunk.pcm)
                 if pcm:
                     self._count(pcm)
@@ -101,6 +105,17 @@ class SpeechRun:
             self.first_audio_at = now
         self.last_audio_at = now
         self.samples += len(pcm) // BYTES_PER_SAMPLE
+
+    @property
+    def warning(self) -> str | None:
+        """Why a completed utterance said less than asked (``done.warning``), or None.
+
+        "nothing_to_speak" (its text had no letters or digits outside markup), "loop_guard"
+        or "token_cap" (``AudioChunk.cut``).
+        """
+        if self.cut is not None:
+            return self.cut
+        return "nothing_to_speak" if not self.speakable and self.samples == 0 else None
 
     @property
     def audio_seconds(self) -> float:

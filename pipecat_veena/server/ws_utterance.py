@@ -184,6 +184,7 @@ class WsUtterance:
             elapsed_ms=round(run.elapsed_ms, 2),
             sample_rate=run.out_rate,
             request_id=run.request_id,
+            warning=run.warning if reason == "completed" else None,
         )
 
     def _stopped(self) -> tuple[str, Done | Error | None]:

@@ -9,14 +9,17 @@
 //               {type: "end"}                      no more chunks: play the rest
 //               {type: "stop"}                     fade out now and drop the rest
 // Every message in carries the page's stream id; reports echo the id of the current stream.
-// Messages out: {type: "stats", stream, played, buffered, underruns, playing, event}
-//               event: "underrun", "drained" (the stream played out), "stopped" or null.
+// Messages out: {type: "stats", stream, played, buffered, underruns, playing, event, soundAt}
+//               event: "underrun", "drained" (the stream played out), "stopped", "sound" (the
+//               first sample that is not silence was just played: soundAt is its time on the
+//               AudioContext's clock) or null.
 
 const QUANTUM = 128; // samples per process() call
 const FADE = 64; // samples of every fade-in
 const LOW = 2 * QUANTUM; // below this, before the end, the player fades out and waits
 const MAX_PREBUFFER_S = 1.0;
 const REPORT_EVERY = 4; // process() calls between stats messages
+const SOUND = 1 / 1024; // a played sample at least this loud (-60 dBFS) is sound, not silence
 
 class StreamPlayer extends AudioWorkletProcessor {
   constructor() {
@@ -40,6 +43,7 @@ class StreamPlayer extends AudioWorkletProcessor {
     this.played = 0;
     this.underruns = 0;
     this.calls = 0;
+    this.soundAt = null; // when the first sample that is not silence played (context time)
   }
 
   onMessage(message) {
@@ -102,7 +106,19 @@ class StreamPlayer extends AudioWorkletProcessor {
       underruns: this.underruns,
       playing: this.playing,
       event,
+      soundAt: this.soundAt,
     });
+  }
+
+  // The first sound of a stream: the time its first sample at least SOUND loud plays.
+  findSound(out, n) {
+    for (let i = 0; i < n; i++) {
+      if (Math.abs(out[i]) >= SOUND) {
+        this.soundAt = currentTime + i / sampleRate;
+        return true;
+      }
+    }
+    return false;
   }
 
   process(inputs, outputs) {
@@ -147,6 +163,7 @@ class StreamPlayer extends AudioWorkletProcessor {
       for (let i = 0; i < n && this.fadeIn > 0; i++, this.fadeIn--) {
         out[i] *= 1 - this.fadeIn / FADE;
       }
+      if (this.soundAt === null && this.findSound(out, n)) event = "sound";
       if (!this.ended && this.count < LOW) {
         // Running dry: fade this block out and wait for a (longer) prebuffer again.
         for (let i = 0; i < n; i++) out[i] *= (n - i) / n;

@@ -1,8 +1,10 @@
 // The playground: voices from GET /v1/audio/voices, speech over the server's streaming
 // WebSocket (docs/protocol.md), played as it arrives by player-worklet.js in an AudioContext
 // that runs at the stream's sample rate (the browser resamples to the device), with a live
-// waveform and the figures of the utterance in flight: time to first audio, real-time factor,
-// underruns. Everything is fetched from the server that served this page.
+// waveform and the figures of the utterance in flight: time to the first sound played,
+// real-time factor, underruns (and why playback stutters). The page watches its connection and
+// redials with backoff when the server goes away. Everything is fetched from the server that
+// served this page.
 
 const $ = (id) => document.getElementById(id);
 const KEY_STORAGE = "pipecat-veena.api_key";
@@ -10,6 +12,40 @@ const STREAM_PATH = "/v1/audio/stream";
 const WORKLET = "/playground/player-worklet.js";
 const PREBUFFER_S = 0.1; // audio held before playback starts (doubled after each underrun)
 const AUDIO_FRAME = 0x01;
+const RECONNECT_S = [1, 15]; // first and longest wait before redialling (doubling, jittered)
+const HEALTH_EVERY_S = 5; // how often a connected page checks /health (a server gone silently)
+const HEALTH_TIMEOUT_S = 3;
+const TINY_DEMO = "spark-tiny"; // the demo checkpoint that keeps up on a CPU
+const TINY_DEMO_PATH = `~/.cache/pipecat_veena/demo/${TINY_DEMO}`;
+// What the WebSocket's close codes mean, in words (docs/protocol.md: Lifecycle).
+const CLOSE_WORDS = {
+  1000: "the server closed the connection",
+  1001: "the server is going away (shutting down or restarting)",
+  1006: "the server stopped or the network dropped",
+  1008: "the server refused the connection (API key)",
+  1009: "a message was too large for the server",
+  1011: "the server hit an internal error",
+  1012: "the server is restarting",
+  1013: "the server is busy, starting or shutting down",
+};
+// What a done message's warning means (docs/protocol.md: done).
+const WARNINGS = {
+  nothing_to_speak: [
+    "nothing to speak",
+    "The server found nothing to speak in this text: no letters or digits outside emoji, " +
+      "symbols and markup. Type words or numbers.",
+  ],
+  loop_guard: [
+    "cut short: looping",
+    "The server cut this utterance short: the model started repeating itself (loop guard). " +
+      "Try another seed or a higher temperature.",
+  ],
+  token_cap: [
+    "cut short: token cap",
+    "The server cut this utterance short: the model reached its cap on tokens for the text's " +
+      "length. Try another seed, or shorter sentences.",
+  ],
+};
 const INSECURE =
   "Browsers play streamed audio (an AudioWorklet) only on pages served over HTTPS or from " +
   "localhost: put the server behind TLS, or open it through a tunnel " +
@@ -36,12 +72,18 @@ const page = {
   utterance: null, // the utterance in flight or last spoken (see newUtterance)
   message: null, // the message shown to the user, if any
   failure: null, // the last error that closed the WebSocket ({code, message}), if any
+  // connecting, connected, idle (closed for inactivity: redialled at the next Speak),
+  // key_needed, key_refused, unreachable (redialling with backoff)
+  connection: "connecting",
+  hint: null, // why playback stutters, when it does
 };
 window.playground = page;
 
 let socket = null; // {ws, ready: Promise of the ready message, failure: the error before close}
 let audio = null; // {rate, ctx, analyser, node, loaded: Promise}
 let sequence = 0;
+let redial = { attempt: 0, timer: null };
+let speaking = false; // a Speak click is being handled (the button keeps its focus)
 
 // -- messages and the API key -------------------------------------------------------------
 function showMessage(text) {
@@ -62,10 +104,59 @@ function authHeaders() {
 function describe(error) {
   if (error.code !== "unauthorized") return error.message;
   $("key").focus();
+  setConnection(apiKey() ? "key_refused" : "key_needed");
   return apiKey()
     ? `The server did not accept this API key: check it in the API key field. (${error.message})`
     : "This server needs an API key: enter it in the API key field above. " +
         `(${error.message})`;
+}
+
+function closeWords(code) {
+  return CLOSE_WORDS[code] || `the connection closed (code ${code})`;
+}
+
+// -- the connection's state, in the header ------------------------------------------------
+const CONNECTION_TEXT = {
+  connecting: "Connecting to the speech server…",
+  key_needed: "API key needed: this server has keys; enter yours in the API key field.",
+  key_refused: "API key refused: the server did not accept it; check the API key field.",
+  unreachable: "Server unreachable, reconnecting…",
+};
+
+function setConnection(state, text = CONNECTION_TEXT[state]) {
+  page.connection = state;
+  $("model").dataset.state = state;
+  if (text) $("model").textContent = text;
+}
+
+// The server went away: say so and redial, waiting longer each time (with jitter, so many
+// pages do not come back at once).
+function unreachable(why) {
+  setConnection("unreachable");
+  showMessage(`${why}. Reconnecting…`);
+  if (redial.timer) return;
+  const [first, longest] = RECONNECT_S;
+  const wait = Math.min(longest, first * 2 ** redial.attempt) * (0.5 + 0.5 * Math.random());
+  redial.attempt += 1;
+  $("model").textContent = `Server unreachable, reconnecting in ${Math.ceil(wait)} s…`;
+  redial.timer = setTimeout(() => {
+    redial.timer = null;
+    refresh();
+  }, wait * 1000);
+}
+
+async function watchHealth() {
+  if (page.connection !== "connected" && page.connection !== "idle") return;
+  try {
+    const signal = AbortSignal.timeout(HEALTH_TIMEOUT_S * 1000);
+    const response = await fetch("/health", { signal });
+    if (response.ok || response.status === 503) return; // 503: up, starting or draining
+    throw new Error(`HTTP ${response.status}`);
+  } catch (e) {
+    if (page.connection !== "connected" && page.connection !== "idle") return;
+    disconnect();
+    unreachable(`The speech server does not answer (${e.message})`);
+  }
 }
 
 // -- voices ------------------------------------------------------------------------------
@@ -74,7 +165,7 @@ async function loadVoices() {
   try {
     response = await fetch("/v1/audio/voices", { headers: authHeaders() });
   } catch (e) {
-    showMessage(`The speech server does not answer (${e.message}); is it still running?`);
+    unreachable(`The speech server does not answer (${e.message})`);
     return false;
   }
   const body = await response.json().catch(() => ({}));
@@ -93,7 +184,7 @@ async function loadVoices() {
   select.replaceChildren(...body.voices.map((name) => new Option(name, name)));
   select.value = body.default;
   $("demo").hidden = !body.demo;
-  $("model").textContent = `${body.model} · ${body.voices.length} voices`;
+  setConnection("connecting", `${body.model} · ${body.voices.length} voices`);
   return true;
 }
 
@@ -121,7 +212,10 @@ function connect() {
 }
 
 function disconnect() {
-  if (socket) socket.ws.close();
+  if (socket) {
+    socket.closedByPage = true;
+    socket.ws.close();
+  }
   socket = null;
 }
 
@@ -129,13 +223,17 @@ function onMessage(s, msg) {
   const u = page.utterance;
   if (msg.type === "ready") {
     page.ready = msg;
-    $("model").textContent =
-      `${msg.model} · ${msg.sample_rate} Hz · voices: ${msg.voices.join(", ")}`;
+    redial.attempt = 0;
+    setConnection(
+      "connected",
+      `${msg.model} · ${msg.sample_rate} Hz · voices: ${msg.voices.join(", ")}`,
+    );
     s.resolve(msg);
   } else if (msg.type === "done" && u && msg.id === u.id) {
     u.done = msg;
     u.state = msg.reason === "cancelled" ? "cancelled" : "completed";
     post({ type: "end" });
+    if (WARNINGS[msg.warning]) showMessage(WARNINGS[msg.warning][1]);
   } else if (msg.type === "error" && u && msg.id === u.id && msg.ended) {
     u.state = "failed";
     u.error = msg;
@@ -152,9 +250,10 @@ function onMessage(s, msg) {
 function onClose(s, event) {
   if (socket === s) socket = null;
   const failure = s.failure;
+  const lost = !s.closedByPage && !failure && event.code !== 1008;
   const why = failure
     ? describe(failure)
-    : `The connection to the speech server closed (code ${event.code}).`;
+    : `Lost the connection to the speech server: ${closeWords(event.code)}`;
   s.reject(new Error(why));
   const u = page.utterance;
   if (u && (u.state === "speaking" || u.state === "stopping")) {
@@ -165,6 +264,9 @@ function onClose(s, event) {
   } else if (failure && failure.code !== "idle_timeout") {
     showMessage(why);
   }
+  if (failure?.code === "idle_timeout") setConnection("idle", null);
+  else if (lost || (failure && failure.code !== "unauthorized")) unreachable(why);
+  else if (event.code === 1008 && !failure) describe({ code: "unauthorized", message: why });
   render();
 }
 
@@ -239,12 +341,25 @@ function post(message, transfer = []) {
   if (audio && audio.node && u) audio.node.port.postMessage({ ...message, stream: u.id }, transfer);
 }
 
+// When a time on the AudioContext's clock is (was) heard, on performance.now()'s clock.
+function contextTimeToPage(ctx, time) {
+  const stamp = ctx.getOutputTimestamp ? ctx.getOutputTimestamp() : null;
+  if (stamp && stamp.performanceTime > 0) {
+    return stamp.performanceTime + (time - stamp.contextTime) * 1000;
+  }
+  const latency = (ctx.baseLatency || 0) + (ctx.outputLatency || 0);
+  return performance.now() + (time - ctx.currentTime + latency) * 1000;
+}
+
 function onPlayer(stats) {
   const u = page.utterance;
   if (!u || stats.stream !== u.id) return; // a report about an earlier utterance
   u.played = stats.played;
   u.buffered = stats.buffered;
   u.underruns = stats.underruns;
+  if (u.firstSoundMs === null && stats.soundAt !== null) {
+    u.firstSoundMs = contextTimeToPage(audio.ctx, stats.soundAt) - u.sentAt;
+  }
   if (stats.event === "drained" || stats.event === "stopped") u.playback = stats.event;
   else u.playback = stats.playing ? "playing" : "waiting";
   render();
@@ -273,7 +388,8 @@ function newUtterance(id, rate) {
     state: "speaking", // speaking, stopping, completed, cancelled, failed
     playback: "waiting", // waiting, playing, drained, stopped
     sentAt: performance.now(),
-    firstAudioMs: null,
+    firstAudioMs: null, // the first audio frame received
+    firstSoundMs: null, // the first sample that is not silence played (what a listener hears)
     lastAudioMs: null,
     rtf: null,
     frames: 0,
@@ -289,6 +405,7 @@ function newUtterance(id, rate) {
 }
 
 async function speak() {
+  if (speaking) return; // a click is being handled (the button stays enabled to keep focus)
   const text = $("text").value.trim();
   if (!text) return showMessage("Type some text to speak first.");
   const options = readOptions();
@@ -297,7 +414,8 @@ async function speak() {
   stop();
   // Create the AudioContext in the click itself when the stream's rate is already known.
   if (page.ready) ensureAudio(page.ready.sample_rate).catch(() => {});
-  $("speak").disabled = true;
+  speaking = true;
+  $("speak").setAttribute("aria-busy", "true");
   try {
     const ready = await connect();
     const { ctx } = await ensureAudio(ready.sample_rate);
@@ -318,7 +436,8 @@ async function speak() {
   } catch (e) {
     showMessage(e.message);
   } finally {
-    $("speak").disabled = false;
+    speaking = false;
+    $("speak").removeAttribute("aria-busy");
     render();
   }
 }
@@ -338,7 +457,10 @@ function stop() {
 const seconds = (samples, u) => `${(samples / u.sampleRate).toFixed(2)} s`;
 
 function stateText(u) {
+  const warning = u.done && WARNINGS[u.done.warning];
+  if (warning && u.done.warning === "nothing_to_speak") return warning[0];
   if (u.state === "completed" && u.playback !== "drained") return "received, playing";
+  if (warning) return `${warning[0]}: ${u.done.audio_seconds.toFixed(2)} s of audio`;
   if (u.state === "completed") return `done: ${u.done.audio_seconds.toFixed(2)} s of audio`;
   if (u.state === "failed") return `failed: ${u.error.code}`;
   return u.state;
@@ -350,13 +472,49 @@ function render() {
   $("stop").disabled = !busy;
   if (!u) return;
   $("state").textContent = stateText(u);
-  $("ttfa").textContent =
-    u.firstAudioMs !== null ? `${Math.round(u.firstAudioMs)} ms` : busy ? "waiting…" : "–";
+  $("state").dataset.warning = (u.done && u.done.warning) || "";
+  const ms = (value) => `${Math.round(value)} ms`;
+  const waiting = busy ? "waiting…" : "–";
+  $("ttfa").textContent = u.firstSoundMs !== null ? ms(u.firstSoundMs) : waiting;
+  $("ttff").textContent = `first frame: ${u.firstAudioMs !== null ? ms(u.firstAudioMs) : "–"}`;
   $("rtf").textContent = u.rtf !== null ? u.rtf.toFixed(2) : "–";
   $("underruns").textContent = String(u.underruns);
   $("received").textContent = `${seconds(u.samples, u)} (${u.samples} samples)`;
   $("played").textContent = seconds(u.played, u);
   $("buffered").textContent = `${Math.round((1000 * u.buffered) / u.sampleRate)} ms`;
+  showHint(stutterHint(u));
+}
+
+// Why playback stutters, in plain words (null while it does not).
+function stutterHint(u) {
+  if (!u.underruns || u.rtf === null) return null;
+  const rtf = u.rtf.toFixed(2);
+  const runs = u.underruns === 1 ? "once" : `${u.underruns} times`;
+  if (u.rtf <= 1) {
+    return (
+      `Playback stalled ${runs} although the server kept up (real-time factor ${rtf}): ` +
+      "the network or this browser delivered the audio late."
+    );
+  }
+  const model = page.voices ? page.voices.model : "";
+  let fix = "Run the server on a GPU or with a smaller model to keep up.";
+  if (page.voices && page.voices.demo && model !== TINY_DEMO) {
+    fix =
+      "On a CPU the default demo's real-size codec is slower than real time; start the " +
+      `server with --model ${TINY_DEMO_PATH}, which keeps up.`;
+  } else if (model === TINY_DEMO) {
+    fix = "The small demo keeps up on an idle CPU: this machine is busy or slow.";
+  }
+  return (
+    `Playback stutters: the player ran dry ${runs} because the server makes audio slower than ` +
+    `it plays (real-time factor ${rtf}; above 1 is slower than real time). ${fix}`
+  );
+}
+
+function showHint(text) {
+  page.hint = text;
+  $("hint").textContent = text || "";
+  $("hint").hidden = !text;
 }
 
 function drawWave() {
@@ -383,6 +541,7 @@ function drawWave() {
 
 // -- start -------------------------------------------------------------------------------
 async function refresh() {
+  if (page.connection !== "unreachable") setConnection("connecting");
   if (!(await loadVoices())) return;
   showMessage("");
   try {
@@ -408,6 +567,7 @@ function init() {
   };
   $("speak").onclick = speak;
   $("stop").onclick = stop;
+  setInterval(watchHealth, HEALTH_EVERY_S * 1000);
   requestAnimationFrame(drawWave);
   refresh().then(() => window.isSecureContext || showMessage(INSECURE));
 }
