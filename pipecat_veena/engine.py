@@ -96,12 +96,16 @@ class VeenaEngine:
 
         cfg = self.config
         try:
-            layout = detect_layout(cfg.checkpoint)
+            # Everything that blocks (file reads, model loads) runs on worker threads, so that the
+            # loop keeps serving while the engine starts (a server's /health answers).
+            layout = await asyncio.to_thread(detect_layout, cfg.checkpoint)
             if self._codec is None:
                 self._codec = await asyncio.to_thread(load_codec, layout, cfg)
             tokenizer = await asyncio.to_thread(load_tokenizer, layout.llm_dir)
             pinned = self._format.voices.pinned if self._format else {}  # kept over a restart
-            self._format = load_format(layout, tokenizer, self._codec.condition_size)
+            self._format = await asyncio.to_thread(
+                load_format, layout, tokenizer, self._codec.condition_size
+            )
             self._format.voices.pinned.update(pinned)
             if cfg.voices_file is not None:
                 self.load_voices(cfg.voices_file)

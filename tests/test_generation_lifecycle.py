@@ -4,6 +4,7 @@ another event loop is told when that thread's engine shuts down under it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -110,3 +111,43 @@ def _alive(process: psutil.Process) -> bool:
         return process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+async def test_the_engine_starts_off_the_event_loop_and_a_shutdown_meanwhile_releases_it(
+    spark_tiny_checkpoint: Path,
+):
+    """vLLM's blocking construction runs on a worker thread: the loop keeps turning (a server's
+    /health answers) and a shutdown during the start waits for the build, then ends its
+    engine process; the start then says why it did not finish."""
+    from pipecat_veena.errors import EngineNotRunningError
+    from pipecat_veena.generation.vllm_local import VllmGenerator
+
+    loop = asyncio.get_running_loop()
+    gaps: list[float] = []
+
+    async def tick() -> None:
+        last = loop.time()
+        while True:
+            await asyncio.sleep(0.05)
+            gaps.append(loop.time() - last)
+            last = loop.time()
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    generator = VllmGenerator(spark_tiny_checkpoint / "LLM", max_model_len=512, max_num_seqs=2)
+    ticker = asyncio.ensure_future(tick())
+    start = asyncio.ensure_future(generator.start())
+    try:
+        await asyncio.sleep(1.0)  # well inside the build (seconds on CPU)
+        assert not start.done()
+        started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        await generator.shutdown()
+        with pytest.raises(EngineNotRunningError, match="shut down while it started"):
+            await start
+    finally:
+        ticker.cancel()
+        await generator.shutdown()
+    assert not generator.is_running
+    assert max(gaps) < 1.0, f"the event loop stalled {max(gaps):.1f} s during the start"
+    engines = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    _, alive = psutil.wait_procs(engines + started, timeout=15)
+    assert not [p.pid for p in alive if _alive(p)], "engine process left running"

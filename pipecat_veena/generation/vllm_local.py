@@ -30,7 +30,7 @@ from pipecat_veena.errors import (
     GenerationError,
 )
 from pipecat_veena.generation.base import SamplingOptions, TokenDelta, TokenGenerator
-from pipecat_veena.tasks import cancel_and_wait
+from pipecat_veena.tasks import cancel_and_wait, wait_ended
 
 #: KV cache given to the CPU backend when the caller sets none (ample for tens of streams).
 _CPU_KV_CACHE_BYTES = 512 * 2**20
@@ -179,6 +179,7 @@ class VllmGenerator(TokenGenerator):
         self._seed = seed
         self._engine_kwargs = dict(engine_kwargs or {})
         self._llm: Any = None
+        self._building: asyncio.Future[Any] | None = None
         self._start_lock = asyncio.Lock()
         self._closed = False
 
@@ -191,21 +192,52 @@ class VllmGenerator(TokenGenerator):
         return self._llm is not None and not self._closed and not self._llm.errored
 
     async def start(self) -> None:
-        """Build the ``AsyncLLM`` (seconds to minutes); idempotent."""
+        """Build the ``AsyncLLM`` (seconds to minutes) off the event loop; idempotent.
+
+        vLLM's constructor blocks until its engine process is ready (model load, profiling, KV
+        cache, CUDA graphs), so it runs on a worker thread and this loop keeps serving meanwhile
+        (a server's ``/health``). The engine is then bound to this loop: its output handler
+        starts here. A caller cancelled during the build leaves it to finish (it cannot be
+        interrupted); ``shutdown()`` waits for it and releases what it built.
+        """
         async with self._start_lock:
-            if self._llm is not None:
-                return
+            if self._llm is None:
+                if self._closed:
+                    raise EngineNotRunningError(f"{self} was shut down; create a new one")
+                await asyncio.shield(self._building or self._begin_build())
             if self._closed:
-                raise EngineNotRunningError(f"{self} was shut down; create a new one")
-            check_spawn_safe()
-            if not (self._model_dir / "config.json").is_file():
-                raise FileNotFoundError(
-                    f"{self._model_dir}: no config.json; point to the checkpoint's LLM directory"
-                )
-            self._llm = self._build_engine()
-            _LIVE.add(self)
-            install_exit_hooks()
-            logger.debug(f"{self}: engine started")
+                raise EngineNotRunningError(f"{self} was shut down while it started")
+            # Built outside a running loop, AsyncLLM defers its output handler to the first
+            # request: start it on this loop now, so that an engine failure is noticed at once.
+            start_output_handler = getattr(self._llm, "_run_output_handler", None)
+            if start_output_handler is not None:
+                start_output_handler()  # a no-op once it runs
+
+    def _begin_build(self) -> asyncio.Future[Any]:
+        check_spawn_safe()  # on the caller's thread: it reads the caller's frames
+        if not (self._model_dir / "config.json").is_file():
+            raise FileNotFoundError(
+                f"{self._model_dir}: no config.json; point to the checkpoint's LLM directory"
+            )
+        build = asyncio.ensure_future(asyncio.to_thread(self._build_engine))
+        # Runs on the loop before anyone awaiting the build resumes (callbacks run in order).
+        build.add_done_callback(self._adopt)
+        self._building = build
+        return build
+
+    def _adopt(self, build: asyncio.Future[Any]) -> None:
+        """Take the engine a finished build made, so that shutdown and the exit hooks reach it."""
+        self._building = None
+        if build.cancelled() or build.exception() is not None:
+            return
+        llm = build.result()
+        if self._closed:  # shut down without waiting for the build (shutdown_sync)
+            asyncio.get_running_loop().run_in_executor(None, self._stop_engine, llm)
+            return
+        self._llm = llm
+        _LIVE.add(self)
+        install_exit_hooks()  # on the loop's thread (usually the main one: the SIGTERM hook)
+        logger.debug(f"{self}: engine started")
 
     def _build_engine(self) -> Any:
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
@@ -329,27 +361,40 @@ class VllmGenerator(TokenGenerator):
         return int(self._llm.get_num_unfinished_requests())
 
     async def shutdown(self) -> None:
-        """Shut the engine and its processes down; idempotent."""
+        """Shut the engine and its processes down (after a build under way ends); idempotent."""
+        if self._building is not None:
+            await wait_ended(self._building)  # _adopt has run: self._llm is what it built
+        llm = self._detach()
+        if llm is None:
+            return
         # Stop vLLM's output handler first: left running while EngineCore exits, it reports the
         # exit as an engine failure (a spurious ERROR with a traceback).
-        handler = getattr(self._llm, "output_handler", None)
+        handler = getattr(llm, "output_handler", None)
         if handler is not None:
             await cancel_and_wait(handler)
-        await asyncio.to_thread(self.shutdown_sync)
+        await asyncio.to_thread(self._stop_engine, llm)
 
     def shutdown_sync(self) -> None:
         """Blocking form of ``shutdown`` for exit hooks and signal handlers."""
+        llm = self._detach()
+        if llm is not None:
+            self._stop_engine(llm)
+
+    def _detach(self) -> Any:
+        """Mark this generator closed and hand over its engine (None: nothing to stop)."""
         llm = getattr(self, "_llm", None)
-        if llm is None or self._closed:
-            self._closed = True
-            return
+        if getattr(self, "_closed", True):
+            llm = None
         self._closed = True
         _LIVE.discard(self)
+        # Drop the engine now: AsyncLLM.__del__ would otherwise run again at interpreter exit,
+        # when its module globals are gone, and print a spurious TypeError.
+        self._llm = None
+        return llm
+
+    def _stop_engine(self, llm: Any) -> None:
         try:
             llm.shutdown()
         except Exception as e:  # shutting down must not raise at exit
             logger.warning(f"{self}: error during vLLM shutdown: {e}")
-        # Drop the engine now: AsyncLLM.__del__ would otherwise run again at interpreter exit,
-        # when its module globals are gone, and print a spurious TypeError.
-        self._llm = None
         logger.debug(f"{self}: engine shut down")
