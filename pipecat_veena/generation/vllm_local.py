@@ -219,7 +219,9 @@ class VllmGenerator(TokenGenerator):
             raise FileNotFoundError(
                 f"{self._model_dir}: no config.json; point to the checkpoint's LLM directory"
             )
-        build = asyncio.ensure_future(asyncio.to_thread(self._build_engine))
+        # The engine comes in a box that _adopt empties: no finished future keeps it alive
+        # after shutdown (AsyncLLM.__del__ at interpreter exit prints a spurious TypeError).
+        build = asyncio.ensure_future(asyncio.to_thread(lambda: [self._build_engine()]))
         # Runs on the loop before anyone awaiting the build resumes (callbacks run in order).
         build.add_done_callback(self._adopt)
         self._building = build
@@ -230,11 +232,7 @@ class VllmGenerator(TokenGenerator):
         self._building = None
         if build.cancelled() or build.exception() is not None:
             return
-        llm = build.result()
-        if self._closed:  # shut down without waiting for the build (shutdown_sync)
-            asyncio.get_running_loop().run_in_executor(None, self._stop_engine, llm)
-            return
-        self._llm = llm
+        self._llm = build.result().pop()
         _LIVE.add(self)
         install_exit_hooks()  # on the loop's thread (usually the main one: the SIGTERM hook)
         logger.debug(f"{self}: engine started")
@@ -362,6 +360,7 @@ class VllmGenerator(TokenGenerator):
 
     async def shutdown(self) -> None:
         """Shut the engine and its processes down (after a build under way ends); idempotent."""
+        self._closed = True  # a start under way ends with EngineNotRunningError
         if self._building is not None:
             await wait_ended(self._building)  # _adopt has run: self._llm is what it built
         llm = self._detach()
@@ -383,8 +382,6 @@ class VllmGenerator(TokenGenerator):
     def _detach(self) -> Any:
         """Mark this generator closed and hand over its engine (None: nothing to stop)."""
         llm = getattr(self, "_llm", None)
-        if getattr(self, "_closed", True):
-            llm = None
         self._closed = True
         _LIVE.discard(self)
         # Drop the engine now: AsyncLLM.__del__ would otherwise run again at interpreter exit,
