@@ -7,9 +7,12 @@ stopped when the context exits, also when the test fails.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import psutil
 import uvicorn
 
 
@@ -73,3 +76,19 @@ async def round_robin_proxy(ports: list[int], *, host: str = "127.0.0.1") -> Asy
         for writer in writers:
             writer.close()
         await server.wait_closed()
+
+
+def assert_ended(children: list[psutil.Process]) -> None:
+    """Check that a stopped server's processes (its vLLM engine) have ended too."""
+    _, alive = psutil.wait_procs(children, timeout=15)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+
+
+async def kill_leftovers(proc: asyncio.subprocess.Process, children: list[psutil.Process]) -> None:
+    """A test's clean-up: kill a server process (and its engine) that is still running."""
+    if proc.returncode is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+    for child in children:
+        if child.is_running():
+            child.kill()

@@ -38,6 +38,7 @@ from pipecat.services.openai.tts import OpenAITTSService
 from pipecat.tests.utils import SleepFrame, run_test
 from recording import RecordingGenerator
 from server_fakes import ROOT, RawClient, pcm_of
+from servers import assert_ended, kill_leftovers
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.errors import GenerationError
@@ -426,12 +427,6 @@ async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
         out = log.read_text()
         assert proc.returncode == 0, out[-3000:]
         assert "ready: " in out and "stopped" in out
-        _, alive = psutil.wait_procs(children, timeout=15)
-        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+        assert_ended(children)
     finally:
-        if proc.returncode is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-        for child in children:
-            if child.is_running():
-                child.kill()
+        await kill_leftovers(proc, children)

@@ -26,7 +26,10 @@ import psutil
 import pytest
 from browser import free_port
 from server_fakes import ROOT
+from servers import assert_ended, kill_leftovers
 from test_deploy_recipes import HEALTH_ANSWER_S, startup_budget_s
+
+from pipecat_veena.tasks import cancel_and_wait
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -58,8 +61,8 @@ class StartObservation:
 async def observe_start(checkpoint: Path, log: Path) -> StartObservation:
     """Start ``pipecat-veena serve`` on ``checkpoint`` and poll it until ready, then stop it.
 
-    From one second after the launch, ``/health`` and ``/ready`` are polled every ``POLL_S``,
-    one after the other (a stalled server shows as one long poll). Polls refused before the
+    From one second after the launch, ``/health`` and ``/ready`` are each polled every
+    ``POLL_S`` (a stalled server shows as one long poll). Polls refused before the
     server listens are not answers and are not counted. The server is stopped with SIGTERM and
     its engine process must end with it.
     """
@@ -79,40 +82,51 @@ async def observe_start(checkpoint: Path, log: Path) -> StartObservation:
         async with httpx.AsyncClient(
             base_url=f"http://127.0.0.1:{port}", timeout=GIVE_UP_S
         ) as http:
-            while seen.ready_s is None:
-                assert proc.returncode is None, _tail(log)
-                assert time.monotonic() - launched < GIVE_UP_S, "the server never became ready"
-                tick = time.monotonic()
-                try:
-                    health = await http.get("/health")
-                except httpx.ConnectError:  # not listening yet
-                    await asyncio.sleep(POLL_S)
-                    continue
-                took = time.monotonic() - tick
-                if seen.listening_s is None:
-                    seen.listening_s = tick - launched
-                seen.health.append((tick - launched, took, health.status_code))
-                ready = await http.get("/ready")
-                if ready.status_code == 200:
-                    seen.ready_s = time.monotonic() - launched
-                    metrics = (await http.get("/metrics")).text
-                    seen.warm_at_ready = _decoded_something(metrics)
-                    children = psutil.Process(proc.pid).children(recursive=True)
-                else:
-                    seen.ready_statuses.append(ready.json()["status"])
-                await asyncio.sleep(max(0.0, tick + POLL_S - time.monotonic()))
+
+            async def poll_health() -> None:
+                while True:
+                    tick = time.monotonic()
+                    try:
+                        health = await http.get("/health")
+                    except httpx.ConnectError:  # not listening yet
+                        pass
+                    else:
+                        took = time.monotonic() - tick
+                        if seen.listening_s is None:
+                            seen.listening_s = tick - launched
+                        seen.health.append((tick - launched, took, health.status_code))
+                    await asyncio.sleep(max(0.0, tick + POLL_S - time.monotonic()))
+
+            async def poll_ready() -> None:
+                while True:
+                    assert proc.returncode is None, _tail(log)
+                    assert time.monotonic() - launched < GIVE_UP_S, "never ready"
+                    tick = time.monotonic()
+                    try:
+                        ready = await http.get("/ready")
+                    except httpx.ConnectError:
+                        pass
+                    else:
+                        if ready.status_code == 200:
+                            seen.ready_s = time.monotonic() - launched
+                            metrics = (await http.get("/metrics")).text
+                            seen.warm_at_ready = _decoded_something(metrics)
+                            return
+                        seen.ready_statuses.append(ready.json()["status"])
+                    await asyncio.sleep(max(0.0, tick + POLL_S - time.monotonic()))
+
+            health_task = asyncio.ensure_future(poll_health())
+            try:
+                await poll_ready()
+                children = psutil.Process(proc.pid).children(recursive=True)
+            finally:
+                await cancel_and_wait(health_task)
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 120)
         assert proc.returncode == 0, _tail(log)
-        _, alive = psutil.wait_procs(children, timeout=15)
-        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+        assert_ended(children)
     finally:
-        if proc.returncode is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-        for child in children:
-            if child.is_running():
-                child.kill()
+        await kill_leftovers(proc, children)
     return seen
 
 
