@@ -1,0 +1,399 @@
+"""Word timings estimated from speech audio: the words as written, each with start and end seconds.
+
+``align_words(text, audio, sample_rate)`` places the words of ``text`` (the caller's words:
+"₹1,250" is one word) on a recording of that text. No acoustic model is involved (pure numpy):
+
+1. Each word gets a spoken length in units: syllables of Latin words (vowel groups), aksharas of
+   Devanagari words, letters of acronyms, and the normalised spoken form of numbers and codes
+   (``pipecat_veena.normalize``), plus a share for its sounds (letters).
+2. An energy detector finds where speech starts and ends and the pauses between (10 ms frames,
+   a threshold relative to the recording's own speech and noise levels).
+3. A small dynamic programme assigns pauses to word boundaries (preferring punctuation, keeping
+   the speaking rate even between them); between two anchors the words share the speech time
+   by their units. The rate is measured from the audio itself, never assumed.
+
+The results are estimates: on espeak-ng speech with known word boundaries the median error of
+word starts is a few tens of milliseconds (``benchmarks/timing.py``, BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipecat_veena.normalize import LANGUAGES, normalize, sentence_language
+
+__all__ = ["WordTiming", "align_words", "find_speech", "split_words", "spoken_units"]
+
+#: Analysis frame of the pause detector.
+FRAME_SECONDS = 0.01
+#: Shortest silence counted as a pause (stop closures inside words are shorter).
+MIN_PAUSE_SECONDS = 0.08
+#: A frame is silent below max(noise floor + FLOOR_MARGIN_DB, speech level - SPEECH_RANGE_DB).
+FLOOR_MARGIN_DB = 12.0
+SPEECH_RANGE_DB = 32.0
+#: How far a word start may move to the nearest energy valley (0: not at all).
+SNAP_SECONDS = 0.03
+#: A word's spoken length in units: a vowel counts 1, a consonant CONSONANT_UNITS, a short
+#: Hindi vowel (inherent a, i, u) SHORT_VOWEL_UNITS, a nasal sign NASAL_UNITS...
+CONSONANT_UNITS = 0.8
+SHORT_VOWEL_UNITS = 0.7
+NASAL_UNITS = 0.2
+LONG_VOWEL_UNITS = 0.0
+#: ...plus this per spoken word (a number or code is read as several)...
+WORD_UNITS = 1.0
+#: ...plus this per pause inside its spoken form ("4 8 2, 9 1 3")...
+PAUSE_UNITS = 1.0
+#: ...and words before a clause or sentence end are this much longer (phrase-final lengthening).
+FINAL_LENGTHENING = (1.0, 1.2, 1.2)
+
+_WORD = re.compile(r"\S+")
+_LATIN_VOWELS = re.compile(r"[aeiouy]+")
+_NEEDS_NORMALIZING = re.compile(r"[0-9०-९@%&+=#/₹$€£°]")
+_PIECE = re.compile(r"[\u0900-\u097f]+|[A-Za-z]+|[0-9]")
+_NASALS = "\u0900\u0901\u0902\u0903"
+_SHORT_MATRAS = "\u093f\u0941\u0943"  # i, u, r
+_SHORT_VOWELS = "\u0905\u0907\u0909\u090b"  # a, i, u, r
+_INNER_PAUSE = re.compile(r"[,;:।](?=\s*\S)")
+_ACRONYM = re.compile(r"[A-Z]{2,6}s?")
+_STRONG_END = re.compile(r"[.?!।॥…]+[\"')\]]*$")
+_WEAK_END = re.compile(r"[,;:—–-]+[\"')\]]*$")
+_VIRAMA = "\u094d"
+# Punctuation class of a boundary -> cost of leaving it without a pause / bonus for one.
+PUNCT_BONUS = (0.0, 2.0, 3.0)
+NO_PUNCT_PAUSE_COST = 1.5
+#: Cost per second of a pause left inside a word.
+SKIP_COST = 20.0
+#: Most pauses one word segment may hold inside it.
+MAX_SKIPPED = 6
+
+
+@dataclass(frozen=True)
+class WordTiming:
+    """One written word and where it is spoken (an estimate).
+
+    Attributes:
+        word: the word as written in the text (with its attached punctuation).
+        start: seconds from the first sample of the audio to the word's start.
+        end: seconds to its end (the next word's start, or the start of the pause after it).
+        offset: index of the word's first character in the text.
+    """
+
+    word: str
+    start: float
+    end: float
+    offset: int
+
+
+def split_words(text: str) -> list[tuple[int, int]]:
+    """(start, end) character spans of the written words: non-space runs with a letter or digit.
+
+    Tokens of punctuation or emoji alone are not words (nothing of them is spoken).
+    """
+    return [
+        m.span()
+        for m in _WORD.finditer(text)
+        if any(unicodedata.category(ch)[0] in "LN" for ch in m.group())
+    ]
+
+
+def _devanagari_units(word: str) -> float:
+    """Sounds of a Devanagari word: its consonants and vowels.
+
+    Vowels are matras, independent vowels and the inherent vowel of a consonant with no matra,
+    except at the word's end (schwa deletion).
+    """
+    units = 0.0
+    for i, ch in enumerate(word):
+        if "\u0915" <= ch <= "\u0939" or "\u0958" <= ch <= "\u095f":
+            units += CONSONANT_UNITS
+            j = i + 1 + (word[i + 1 : i + 2] == "\u093c")  # past a nukta
+            nxt = word[j : j + 1]
+            if (not nxt or nxt in _NASALS) and i > 0:
+                continue  # word-final: the inherent vowel is dropped
+            if nxt != _VIRAMA and not "\u093e" <= nxt <= "\u094c":
+                units += SHORT_VOWEL_UNITS  # inherent vowel
+        elif ch in _SHORT_MATRAS or ch in _SHORT_VOWELS:
+            units += SHORT_VOWEL_UNITS
+        elif "\u093e" <= ch <= "\u094c" or "\u0904" <= ch <= "\u0914" or ch in "\u0960\u0961":
+            units += 1.0
+        elif ch in _NASALS:
+            units += NASAL_UNITS
+    return units
+
+
+_DIGRAPH = re.compile(r"th|sh|ch|ph|ng|ck|wh|(.)\1")
+_SILENT = re.compile(r"gh|(?<=[aeiou])r(?![aeiouy])")  # through; or, for (non-rhotic)
+
+
+def _latin_units(word: str) -> float:
+    """Sounds of a Latin word: vowel groups and consonants; an acronym is spelled out.
+
+    A silent final e is dropped, digraphs and doubled letters count once; OTP, EMI are read
+    letter by letter.
+    """
+    if _ACRONYM.fullmatch(word):
+        return (1.0 + CONSONANT_UNITS) * len(word.rstrip("s"))
+    lower = _SILENT.sub("", _DIGRAPH.sub("x", word.lower()))
+    long_vowel = 0.0
+    if len(lower) > 2 and lower.endswith("e") and lower[-2] not in "aeiouyl":
+        lower = lower[:-1]
+        long_vowel = LONG_VOWEL_UNITS  # name, take: the e lengthens the vowel before
+    vowels = len(_LATIN_VOWELS.findall(lower))
+    consonants = sum(1 for ch in lower if ch not in "aeiouy")
+    return max(1, vowels) + long_vowel + CONSONANT_UNITS * consonants
+
+
+def spoken_units(word: str, language: str = "en") -> float:
+    """The spoken length of one written word in vowel-like units (0 when nothing is spoken).
+
+    Args:
+        word: a written word ("नमस्ते", "hello", "OTP", "₹1,250").
+        language: "hi" or "en": how its numbers and codes are read.
+
+    Returns:
+        A vowel counts 1 (a short Hindi vowel ``SHORT_VOWEL_UNITS``), a consonant
+        ``CONSONANT_UNITS``, each spoken word ``WORD_UNITS`` more; numbers and codes count by their
+        normalised spoken form.
+    """
+    if _NEEDS_NORMALIZING.search(word):
+        try:
+            word = normalize(word, language if language in ("hi", "en") else "auto")
+        except Exception:  # noqa: BLE001 (a rule's failure must not stop timing)
+            pass
+    units = PAUSE_UNITS * len(_INNER_PAUSE.findall(word))
+    for piece in _PIECE.findall(word):
+        units += WORD_UNITS
+        if "\u0900" <= piece[0] <= "\u097f":
+            units += _devanagari_units(piece)
+        elif piece.isdigit():  # a digit the normaliser left: about one short word
+            units += 1.0 + 2 * CONSONANT_UNITS
+        else:
+            units += _latin_units(piece)
+    if units == 0.0 and any(unicodedata.category(ch)[0] in "LN" for ch in word):
+        units = 1.0 + CONSONANT_UNITS * len(word)  # another script: a letter-length guess
+    return units
+
+
+def _frame_db(audio: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int]:
+    hop = max(1, int(round(sample_rate * FRAME_SECONDS)))
+    n = len(audio) // hop
+    if n == 0:
+        return np.zeros(0), hop
+    frames = audio[: n * hop].reshape(n, hop)
+    power = np.einsum("ij,ij->i", frames, frames) / hop
+    return 10.0 * np.log10(power + 1e-10), hop
+
+
+def find_speech(
+    audio: np.ndarray, sample_rate: int
+) -> tuple[float, float, list[tuple[float, float]]] | None:
+    """Where speech is in a recording: (start, end, pauses) in seconds, or None for silence.
+
+    Args:
+        audio: mono samples, float in [-1, 1] (or int16).
+        sample_rate: their rate in Hz.
+
+    Returns:
+        The first and last voiced instants and the silent runs between them that last at least
+        ``MIN_PAUSE_SECONDS``, as (start, end) pairs in order.
+    """
+    db, hop = _frame_db(_as_float(audio), sample_rate)
+    found = _speech(db, hop / sample_rate)
+    return None if found is None else found[:3]
+
+
+def _speech(
+    db: np.ndarray, sec: float
+) -> tuple[float, float, list[tuple[float, float]], np.ndarray] | None:
+    """find_speech on frame levels ``db`` of ``sec`` seconds each; also the voiced mask."""
+    if db.size == 0:
+        return None
+    floor, level = np.percentile(db, [5.0, 98.0])
+    if level < -70.0:  # below any speech level: silence
+        return None
+    voiced = db > max(floor + FLOOR_MARGIN_DB, level - SPEECH_RANGE_DB)
+    idx = np.flatnonzero(voiced)
+    if idx.size == 0:
+        return None
+    first, last = int(idx[0]), int(idx[-1]) + 1
+    # Silent runs between first and last voiced frames.
+    inner = ~voiced[first:last]
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], inner.view(np.int8), [0]))))
+    min_frames = MIN_PAUSE_SECONDS / sec - 1e-9
+    pauses = [
+        ((first + a) * sec, (first + b) * sec)
+        for a, b in zip(edges[::2], edges[1::2], strict=True)
+        if b - a >= min_frames
+    ]
+    return first * sec, last * sec, pauses, voiced
+
+
+def _as_float(audio: np.ndarray | bytes) -> np.ndarray:
+    if isinstance(audio, bytes | bytearray | memoryview):
+        audio = np.frombuffer(audio, dtype="<i2")
+    audio = np.asarray(audio)
+    if audio.ndim > 1:
+        audio = audio.reshape(-1) if 1 in audio.shape else audio.mean(axis=0)
+    if audio.dtype == np.int16:
+        return audio.astype(np.float32) / 32768.0
+    return audio.astype(np.float32, copy=False)
+
+
+def _punct_class(word: str) -> int:
+    """0: no punctuation after the word, 1: a clause mark (, ; :), 2: a sentence end."""
+    if _STRONG_END.search(word):
+        return 2
+    if _WEAK_END.search(word):
+        return 1
+    return 0
+
+
+def _place(
+    units: np.ndarray,
+    punct: list[int],
+    start: float,
+    end: float,
+    pauses: list[tuple[float, float]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Word starts and ends from units, punctuation classes, the speech span and its pauses.
+
+    A dynamic programme assigns pauses to word boundaries; between two anchors the words share
+    the time by their units.
+    """
+    n = len(units)
+    cum = np.concatenate(([0.0], np.cumsum(units)))
+    total = cum[-1]
+    # Pause -> candidate boundaries b (1..n-1: between word b-1 and b) near its expected time.
+    speech = max(1e-6, end - start - sum(b - a for a, b in pauses))
+    rate = speech / total  # seconds per unit, measured from this audio
+    options: list[list[int]] = []
+    for a, _ in pauses:
+        # Expected boundary position in units, counting only the speech before the pause.
+        spoken_before = (a - start) - sum(min(q1, a) - q0 for q0, q1 in pauses if q0 < a)
+        u = spoken_before / rate
+        j = int(np.searchsorted(cum, u))
+        window = min(6, max(3, int(0.15 * n)))
+        options.append([c for c in range(j - window, j + window + 1) if 1 <= c <= n - 1])
+    # Anchors in time order: (time the next segment starts, boundary, pause index, time the
+    # previous segment ends). The first is the speech start, the last the speech end.
+    order: list[tuple[float, int, int, float]] = [(start, 0, -1, start)]
+    order += [(b, c, k, a) for k, (a, b) in enumerate(pauses) for c in options[k]]
+    order.append((end, n, len(pauses), end))
+    by_pause: list[list[int]] = [[] for _ in range(len(pauses) + 1)]
+    for i, anchor in enumerate(order[1:], start=1):
+        by_pause[anchor[2]].append(i)
+    best: dict[int, tuple[float, int]] = {0: (0.0, -1)}  # anchor -> (cost, previous anchor)
+    for i in range(1, len(order)):
+        _, c, k, t_before = order[i]
+        # Predecessors: the start, or an anchor of one of the few pauses before (bounds the
+        # work on long audio; skipping more pauses than that costs more than it saves).
+        previous = [0] + [j for q in range(max(0, k - MAX_SKIPPED), k) for j in by_pause[q]]
+        bonus = 0.0
+        if k < len(pauses):  # a pause assigned to boundary c
+            bonus = PUNCT_BONUS[punct[c - 1]] - (NO_PUNCT_PAUSE_COST if punct[c - 1] == 0 else 0)
+        choice = None
+        for j in previous:
+            tj, cj, kj, _ = order[j]
+            if j not in best or cj >= c:
+                continue
+            cost_j = best[j][0]
+            du = cum[c] - cum[cj]
+            dt = max(t_before - tj, 1e-3)
+            cost = cost_j + du * math.log(dt / (du * rate)) ** 2 - bonus
+            # Pauses skipped between the two anchors: silence inside words.
+            cost += SKIP_COST * sum(pauses[q][1] - pauses[q][0] for q in range(kj + 1, k))
+            if choice is None or cost < choice[0]:
+                choice = (cost, j)
+        if choice is not None:
+            best[i] = choice
+    chain = [len(order) - 1]
+    while chain[-1] != 0:
+        chain.append(best[chain[-1]][1])
+    chain.reverse()
+    starts = np.empty(n)
+    ends = np.empty(n)
+    for p, q in zip(chain, chain[1:], strict=False):
+        t0, c0 = order[p][0], order[p][1]
+        c1, t1 = order[q][1], order[q][3]
+        seg = cum[c0 : c1 + 1] - cum[c0]
+        times = t0 + max(t1 - t0, 0.0) * seg / max(seg[-1], 1e-9)
+        starts[c0:c1] = times[:-1]
+        ends[c0:c1] = times[1:]
+    return starts, ends
+
+
+def _snap_to_valleys(starts: np.ndarray, ends: np.ndarray, db: np.ndarray, sec: float) -> None:
+    """Move each word start that follows a word directly to the deepest energy valley nearby.
+
+    Words meet between syllables, where the level dips; starts after a pause stay exact, and
+    a start moves at most ``SNAP_SECONDS``.
+    """
+    smooth = np.convolve(db, np.ones(3) / 3, mode="same")
+    reach = max(1, int(round(SNAP_SECONDS / sec)))
+    for i in range(1, len(starts)):
+        if ends[i - 1] < starts[i] - 1e-9:  # starts after a pause: already exact
+            continue
+        centre = int(round(starts[i] / sec))
+        lo = max(centre - reach, int(math.ceil(starts[i - 1] / sec)) + 1)
+        hi = min(centre + reach + 1, int(ends[i] / sec), len(smooth))
+        if hi - lo < 2:
+            continue
+        frame = lo + int(np.argmin(smooth[lo:hi]))
+        starts[i] = ends[i - 1] = frame * sec
+
+
+def align_words(
+    text: str,
+    audio: np.ndarray | bytes,
+    sample_rate: int,
+    language: str = "auto",
+) -> list[WordTiming]:
+    """Estimate where each written word of ``text`` is spoken in ``audio``.
+
+    Args:
+        text: what the audio says, as written (numbers, codes and symbols included).
+        audio: mono speech: float samples in [-1, 1], int16 samples, or int16 PCM bytes.
+        sample_rate: the audio's rate in Hz.
+        language: "auto" (from the script), "hi" or "en": how numbers and codes are read.
+
+    Returns:
+        One ``WordTiming`` per written word, in order, with non-decreasing times inside the audio;
+        empty when the text has no words or the audio no speech.
+
+    Raises:
+        ValueError: an unknown ``language`` or a sample rate that is not positive.
+    """
+    if language not in LANGUAGES:
+        raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
+    if sample_rate <= 0:
+        raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+    spans = split_words(text or "")
+    if not spans:
+        return []
+    db, hop = _frame_db(_as_float(audio), sample_rate)
+    sec = hop / sample_rate
+    found = _speech(db, sec)
+    if found is None:
+        return []
+    start, end, pauses, _ = found
+    lang = language if language != "auto" else (sentence_language(text) or "en")
+    words = [text[a:b] for a, b in spans]
+    punct = [_punct_class(w) for w in words]
+    units = np.array(
+        [
+            max(spoken_units(w, lang), 0.5) * FINAL_LENGTHENING[c]
+            for w, c in zip(words, punct, strict=True)
+        ]
+    )
+    starts, ends = _place(units, punct, start, end, pauses)
+    if SNAP_SECONDS > 0:
+        _snap_to_valleys(starts, ends, db, sec)
+    return [
+        WordTiming(w, round(float(s), 4), round(float(e), 4), a)
+        for w, s, e, (a, _) in zip(words, starts, ends, spans, strict=True)
+    ]
