@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks._espeak import Espeak
+from benchmarks._espeak import Espeak, Synthesis
 from benchmarks._report import cli, percentile, update_section
 from pipecat_veena.normalize import normalize
 from pipecat_veena.timing import align_words, find_speech, split_words
@@ -145,22 +145,29 @@ def baseline_starts(text: str, start: float, end: float) -> list[float]:
     return list(start + (end - start) * cum / lengths.sum())
 
 
+def speak(espeak: Espeak, text: str, voice: str, rate: int = 175) -> tuple[Synthesis, list]:
+    """espeak-ng's speech of ``text`` and the true start (seconds) of each written word; None
+    for a word espeak-ng reported no event in."""
+    spoken, spans = spoken_text(text, voice)
+    synth = espeak.synth(spoken, voice, rate=rate)
+    truth: list[float | None] = []
+    for a, b in spans:
+        samples = [s for pos, s in synth.words if a <= pos < b]
+        truth.append(min(samples) / synth.sample_rate if samples else None)
+    return synth, truth
+
+
 def evaluate(espeak: Espeak, sentences: list[str], voice: str, rate: int) -> Result:
     """Speak each sentence and compare estimated word starts with espeak-ng's."""
     result = Result([], [])
     for text in sentences:
-        spoken, spans = spoken_text(text, voice)
-        synth = espeak.synth(spoken, voice, rate=rate)
-        truth = []
-        for a, b in spans:
-            samples = [s for pos, s in synth.words if a <= pos < b]
-            truth.append(min(samples) / synth.sample_rate if samples else None)
+        synth, truth = speak(espeak, text, voice, rate)
         cpu = time.process_time()
         words = align_words(text, synth.audio, synth.sample_rate, voice)
         result.cpu_seconds += time.process_time() - cpu
         result.audio_seconds += len(synth.audio) / synth.sample_rate
         found = find_speech(synth.audio, synth.sample_rate)
-        assert found is not None and len(words) == len(spans), text
+        assert found is not None and len(words) == len(truth), text
         base = baseline_starts(text, found[0], found[1])
         for w, b, t in zip(words, base, truth, strict=True):
             if t is not None:

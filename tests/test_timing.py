@@ -9,7 +9,7 @@ import statistics
 import numpy as np
 import pytest
 
-from benchmarks.timing import baseline_starts, spoken_text
+from benchmarks.timing import baseline_starts, speak
 from pipecat_veena.timing import align_words, find_speech, split_words, spoken_units
 
 SENTENCES = [
@@ -40,20 +40,10 @@ def espeak():
         pytest.skip(str(e))
 
 
-def _speak(espeak, lang: str, text: str, rate: int = 175):
-    spoken, spans = spoken_text(text, lang)
-    synth = espeak.synth(spoken, lang, rate=rate)
-    truth = []
-    for a, b in spans:
-        samples = [s for pos, s in synth.words if a <= pos < b]
-        truth.append(min(samples) / synth.sample_rate if samples else None)
-    return synth, truth
-
-
 def test_word_starts_close_to_espeak_truth_and_better_than_characters(espeak):
     ours, base = [], []
     for lang, text in SENTENCES:
-        synth, truth = _speak(espeak, lang, text)
+        synth, truth = speak(espeak, text, lang)
         words = align_words(text, synth.audio, synth.sample_rate, lang)
         start, end, _ = find_speech(synth.audio, synth.sample_rate)
         for w, b, t in zip(words, baseline_starts(text, start, end), truth, strict=True):
@@ -69,7 +59,7 @@ def test_word_starts_close_to_espeak_truth_and_better_than_characters(espeak):
 @pytest.mark.parametrize("rate", [140, 210])
 def test_properties_one_entry_per_written_word_monotone_inside_audio(espeak, rate):
     for lang, text in SENTENCES:
-        synth, _ = _speak(espeak, lang, text, rate)
+        synth, _ = speak(espeak, text, lang, rate)
         duration = len(synth.audio) / synth.sample_rate
         words = align_words(text, synth.audio, synth.sample_rate)  # language from the script
         assert [w.word for w in words] == text.split()
@@ -81,7 +71,7 @@ def test_properties_one_entry_per_written_word_monotone_inside_audio(espeak, rat
 
 def test_same_words_from_int16_and_pcm_bytes(espeak):
     lang, text = SENTENCES[0]
-    synth, _ = _speak(espeak, lang, text)
+    synth, _ = speak(espeak, text, lang)
     pcm = (synth.audio * 32767).astype(np.int16)
     as_float = align_words(text, synth.audio, synth.sample_rate, lang)
     assert align_words(text, pcm, synth.sample_rate, lang) == as_float
@@ -90,7 +80,7 @@ def test_same_words_from_int16_and_pcm_bytes(espeak):
 
 def test_leading_and_trailing_silence_are_not_words(espeak):
     lang, text = SENTENCES[4]
-    synth, truth = _speak(espeak, lang, text)
+    synth, truth = speak(espeak, text, lang)
     pad = np.zeros(synth.sample_rate // 2, np.float32)  # 0.5 s each side
     words = align_words(text, np.concatenate([pad, synth.audio, pad]), synth.sample_rate, lang)
     assert abs(words[0].start - 0.5) < 0.05
