@@ -435,7 +435,8 @@ async def test_health_is_live_while_the_engine_loads_and_ready_after(fails):
             await asyncio.gather(handle.state.wait_started(), return_exceptions=True)
             health, ready = await http.get("/health"), await http.get("/ready")
             if fails:
-                assert health.status_code == 503 and "no GPU memory" in health.json()["detail"]
+                assert health.status_code == 503 and "failed to start" in health.json()["detail"]
+                assert "no GPU memory" in handle.state.failed  # the log and the CLI say it
                 assert ready.status_code == 503 and ready.json()["status"] == "engine_unavailable"
             else:
                 assert health.status_code == ready.status_code == 200
