@@ -472,7 +472,8 @@ async def test_serve_command_writes_no_key_and_no_variable_to_its_log(
                 _, end = await client.until_end("inf")
                 assert end.code in (ErrorCode.INTERNAL, ErrorCode.BAD_OPTIONS), end
                 assert "Traceback" not in end.message and "vllm" not in end.message.lower()
-            r = await http.post("/v1/audio/speech", json={"input": "Hi.", **infinite})
+            body = json.dumps({"input": "Hi.", **infinite})  # (httpx's json= refuses Infinity)
+            r = await http.post("/v1/audio/speech", content=body)
             assert r.status_code in (400, 500), r.text
             r = await http.post("/v1/audio/speech", json={"input": "Hi."}, headers={
                 "Authorization": f"Bearer {key}x"})  # fmt: skip
@@ -495,8 +496,8 @@ async def test_serve_command_writes_no_key_and_no_variable_to_its_log(
     finally:
         await kill_leftovers(proc, [])
     text = log.read_text()
-    assert "api_key=<redacted>" in text  # uvicorn logged the URL, without its key
     assert text.count(key) == 0, [line for line in text.splitlines() if key in line]
+    assert "api_key=<redacted>" in text  # uvicorn logged the URL, without its key
     assert "└ " not in text, "a traceback printed variables"
     errors = [line for line in text.splitlines() if "ERROR" in line]
     assert all("speech server: utterance" in line for line in errors), errors
