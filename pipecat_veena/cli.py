@@ -70,12 +70,12 @@ def _quiet(verbose: bool) -> None:
     vLLM's start-up warnings on CPU (no Triton, no tcmalloc, eager mode, tokenizer-less EOS)
     say nothing a user of this command can act on; ``-v`` shows everything.
     """
-    if verbose:
-        return
-    from loguru import logger
+    from pipecat_veena.logs import configure_logging
 
-    logger.remove()
-    logger.add(sys.stderr, level="WARNING", format="{level}: {message}")
+    if verbose:  # everything, but never a traceback's variables (they hold keys and text)
+        configure_logging("DEBUG")
+        return
+    configure_logging("WARNING", format="{level}: {message}")
     # inherited by vLLM's engine process too
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
@@ -182,10 +182,9 @@ def _serve(args: argparse.Namespace) -> int:
     detect_layout(checkpoint)  # a bad model directory: the same, before the engine loads
     _quiet(args.verbose)
     if not args.verbose:  # the server's own lifecycle (ready, draining, stopped) at info
-        from loguru import logger
+        from pipecat_veena.logs import configure_logging
 
-        logger.remove()
-        logger.add(sys.stderr, level="INFO")
+        configure_logging("INFO")
     return asyncio.run(_serve_async(args, checkpoint, settings))
 
 

@@ -21,6 +21,7 @@ from pipecat.utils.types import NOT_GIVEN, NotGiven
 from pipecat_veena.audio import ProgressiveFramer
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError, VeenaError
 from pipecat_veena.interface import SpeechEngine
+from pipecat_veena.logs import log_failure
 from pipecat_veena.resample import StreamResampler
 from pipecat_veena.text import is_speakable
 from pipecat_veena.voices import check_level, voice_with_levels
@@ -299,7 +300,7 @@ class VeenaTTSService(TTSService):
             logger.warning(f"{self}: request refused: {e}")
             yield ErrorFrame(error=f"{self}: request refused: {e}", exception=e)
         except Exception as e:  # never let one utterance take the pipeline down
-            logger.exception(f"{self}: unexpected error: {e}")
+            log_failure(f"{self}: unexpected error", e)  # no variables: they hold the key
             yield ErrorFrame(error=f"{self}: unexpected TTS error: {e}", exception=e)
         finally:
             # Time to first byte is only meaningful for an utterance that produced audio.

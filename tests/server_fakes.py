@@ -197,3 +197,30 @@ async def until(predicate, wait_s: float = 10.0) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("condition not reached")
+
+
+async def cut_off_body(port: int, headers: dict[str, str]) -> None:
+    """POST a speech request that announces 1000 body bytes, send 10 and hang up."""
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    request = f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\n{head}Content-Length: 1000\r\n\r\n"
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request.encode() + b'{"input": ')
+    await writer.drain()
+    writer.close()
+
+
+async def send_invalid_utf8(port: int, target: str) -> None:
+    """Open a WebSocket on ``target`` (path and query) and send a text frame that is not UTF-8;
+    returns once the server closed the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        f"GET {target} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n".encode()
+    )
+    await reader.readuntil(b"\r\n\r\n")  # 101 Switching Protocols
+    payload, mask = b"\xff\xfe\xfd", b"\x01\x02\x03\x04"
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    writer.write(bytes([0x81, 0x80 | len(payload)]) + mask + masked)  # FIN text, masked
+    await writer.drain()
+    await asyncio.wait_for(reader.read(), 30)  # the server closes (1007)
+    writer.close()

@@ -37,7 +37,7 @@ from pipecat.pipeline.worker import PipelineParams
 from pipecat.services.openai.tts import OpenAITTSService
 from pipecat.tests.utils import SleepFrame, run_test
 from recording import RecordingGenerator
-from server_fakes import ROOT, RawClient, pcm_of
+from server_fakes import ROOT, RawClient, cut_off_body, pcm_of, send_invalid_utf8
 from servers import assert_ended, kill_leftovers
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
@@ -370,6 +370,19 @@ async def test_metrics_after_real_traffic(real):
 
 
 # -- the command ----------------------------------------------------------------------------
+async def _until_ready(http: httpx.AsyncClient, proc, log) -> None:
+    """Wait (up to 5 min: a vLLM start on a shared CPU) until a served process is ready."""
+    for _ in range(600):
+        assert proc.returncode is None, log.read_text()[-3000:]
+        try:
+            if (await http.get("/ready")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.5)
+    raise AssertionError("the server never became ready")
+
+
 async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
     spark_tiny_checkpoint, tmp_path
 ):
@@ -392,16 +405,7 @@ async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
     children: list[psutil.Process] = []
     try:
         async with httpx.AsyncClient(base_url=url) as http:
-            for _ in range(600):
-                assert proc.returncode is None, log.read_text()[-3000:]
-                try:
-                    if (await http.get("/ready")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.5)
-            else:
-                raise AssertionError("the server never became ready")
+            await _until_ready(http, proc, log)
             children = psutil.Process(proc.pid).children(recursive=True)
             assert children, "the vLLM engine process should be a child of the server"
             async with RawClient.connect(f"ws://127.0.0.1:{port}/v1/audio/stream") as client:
@@ -430,3 +434,71 @@ async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
         assert_ended(children)
     finally:
         await kill_leftovers(proc, children)
+
+
+async def test_serve_command_writes_no_key_and_no_variable_to_its_log(
+    spark_tiny_checkpoint, tmp_path
+):
+    """``pipecat-veena serve -v`` with a key file: the report's trigger (a repetition_penalty of
+    Infinity, which vLLM raises on: ``internal``, or ``bad_options`` once options are checked
+    for it) on both APIs, the key in a WebSocket URL, bad keys, a cut-off body, invalid UTF-8
+    and two SIGTERMs. The key appears nowhere in the log, no traceback shows variables (on the
+    old main its CLI frame showed ``ServerSettings(api_keys=...)``), and nothing a client did is
+    an ERROR."""
+    import socket
+
+    key = "sk-veena-real-5c1d9e7a"
+    keys = tmp_path / "keys"
+    keys.write_text(f"alice {key}\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "serve.log"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pipecat_veena.cli", "serve", "--model", str(spark_tiny_checkpoint),
+        "--port", str(port), "--api-key-file", str(keys), "-v",
+        stdout=log.open("w"), stderr=subprocess.STDOUT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, start_new_session=True,
+    )  # fmt: skip
+    bearer = {"Authorization": f"Bearer {key}"}
+    infinite = {"repetition_penalty": float("inf")}
+    ws_url = f"ws://127.0.0.1:{port}/v1/audio/stream"
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=bearer) as http:
+            await _until_ready(http, proc, log)
+            async with RawClient.connect(f"{ws_url}?api_key={key}") as client:
+                speak = {"type": "speak", "id": "inf", "text": "Hi.", "options": infinite}
+                await client.send(speak)
+                _, end = await client.until_end("inf")
+                assert end.code in (ErrorCode.INTERNAL, ErrorCode.BAD_OPTIONS), end
+                assert "Traceback" not in end.message and "vllm" not in end.message.lower()
+            body = json.dumps({"input": "Hi.", **infinite})  # (httpx's json= refuses Infinity)
+            r = await http.post("/v1/audio/speech", content=body)
+            assert r.status_code in (400, 500), r.text
+            r = await http.post("/v1/audio/speech", json={"input": "Hi."}, headers={
+                "Authorization": f"Bearer {key}x"})  # fmt: skip
+            assert r.status_code == 401
+            async with RawClient.connect(f"{ws_url}?api_key={key}x", ready=False) as refused:
+                assert (await refused.recv()).code == ErrorCode.UNAUTHORIZED
+            await cut_off_body(port, bearer)
+            await send_invalid_utf8(port, f"/v1/audio/stream?api_key={key}")
+            async with RawClient.connect(ws_url, api_key=key) as client:
+                await client.send({"type": "speak", "id": "long", "text": LONG * 3})
+                assert isinstance(await client.recv(), AudioFrame)
+                proc.send_signal(signal.SIGTERM)
+                for _ in range(200):
+                    if "draining" in log.read_text():
+                        break
+                    await asyncio.sleep(0.05)
+                proc.send_signal(signal.SIGTERM)
+                assert await client.closed(wait_s=60) in (1000, 1001, 1006, 1012)
+        await asyncio.wait_for(proc.wait(), 120)
+    finally:
+        await kill_leftovers(proc, [])
+    text = log.read_text()
+    assert text.count(key) == 0, [line for line in text.splitlines() if key in line]
+    assert "api_key=<redacted>" in text  # uvicorn logged the URL, without its key
+    assert "└ " not in text, "a traceback printed variables"
+    errors = [line for line in text.splitlines() if "ERROR" in line]
+    assert all("speech server: utterance" in line for line in errors), errors
+    assert "ClientDisconnect" not in text and "Application shutdown complete" in text

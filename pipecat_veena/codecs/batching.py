@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from loguru import logger
 
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow
 from pipecat_veena.errors import EngineNotRunningError
+from pipecat_veena.logs import log_failure
 from pipecat_veena.tasks import cancel_and_wait
 
 
@@ -144,7 +144,7 @@ class DecodeBatcher:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a bug here must not leave streams hanging
-            logger.exception("decode batcher failed")
+            log_failure("decode batcher failed", e)
             self._closed = True
             self._fail_all(RuntimeError(f"decode batcher failed: {e!r}"))
 

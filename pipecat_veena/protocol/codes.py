@@ -107,6 +107,29 @@ def code_for(error: BaseException) -> str:
     return ErrorCode.INTERNAL
 
 
+#: Codes whose exception text is the server's business: the client gets this line instead (the
+#: server's log keeps the detail); other codes' messages were written for the client.
+_GENERIC_MESSAGES = {
+    ErrorCode.INTERNAL: "the server failed unexpectedly",
+    ErrorCode.GENERATION_FAILED: "generation failed on the server",
+    ErrorCode.ENGINE_UNAVAILABLE: "the server's engine is not available",
+}
+
+
+def client_message(code: str, error: BaseException, request_id: str | None = None) -> str:
+    """What the client is told about ``error`` reported as ``code`` (see ``code_for``).
+
+    Errors about the request (unknown voice, bad options, no audio) keep their message, which
+    names the fix; for the others the client gets a fixed line and the request id, never the
+    exception's text (paths, backend internals), which only the server's log gets.
+    """
+    generic = _GENERIC_MESSAGES.get(code)
+    if generic is None:
+        return str(error) or type(error).__name__
+    ref = f" (request {request_id})" if request_id else ""
+    return f"{generic}{ref}; its log has the details"
+
+
 _CONNECTION_CODES = {
     ErrorCode.SERVER_STARTING,
     ErrorCode.SERVER_DRAINING,

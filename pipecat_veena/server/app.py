@@ -5,6 +5,8 @@ pass one sharing the session's vLLM engine), so the same app runs in-process, un
 ``pipecat-veena serve`` and under other ASGI hosts. The engine starts in the app's lifespan, on
 the server's event loop (vLLM binds an engine to its loop), in the background: ``/health``
 answers at once, ``/ready`` once the engine has warmed up. ``/`` is the playground page.
+With API keys, FastAPI's ``/docs``, ``/redoc`` and ``/openapi.json`` are off (they would be open
+to anyone: a browser cannot send a bearer key to them); docs/protocol.md describes the API.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from pipecat_veena.interface import SpeechEngine
+from pipecat_veena.logs import redact_uvicorn_logs
 from pipecat_veena.protocol import STREAM_PATH
 from pipecat_veena.server.metrics import CONTENT_TYPE
 from pipecat_veena.server.openai_routes import router as openai_router
@@ -49,6 +52,7 @@ def create_app(
         The app; its shared state is ``app.state.veena`` (a ``SpeechServer``).
     """
     server = SpeechServer(engine, settings or ServerSettings(), owns_engine=owns_engine, demo=demo)
+    redact_uvicorn_logs()  # uvicorn logs each URL, with a browser's ?api_key=
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -60,7 +64,12 @@ def create_app(
         finally:
             await server.close()
 
-    app = FastAPI(title="pipecat-veena speech server", lifespan=lifespan)
+    open_docs = not server.settings.api_keys
+    app = FastAPI(
+        title="pipecat-veena speech server",
+        lifespan=lifespan,
+        **({} if open_docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}),
+    )
     app.state.veena = server
     app.include_router(openai_router)
     app.add_api_websocket_route(STREAM_PATH, stream_endpoint)

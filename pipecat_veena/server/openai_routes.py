@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from loguru import logger
+from starlette.requests import ClientDisconnect
 
 from pipecat_veena.protocol import (
     OPTION_TYPES,
@@ -28,7 +29,6 @@ from pipecat_veena.protocol import (
     check_option_types,
     check_sample_rate,
     check_unicode,
-    code_for,
     load_json,
 )
 from pipecat_veena.server.audio_out import sse_audio_delta, sse_audio_done, sse_event
@@ -214,6 +214,9 @@ async def speech(request: Request) -> Response:
         if e.code != ErrorCode.UNAUTHORIZED:
             server.metrics.requests.labels("http", "rejected").inc()
         return error_response(e)
+    except ClientDisconnect:  # the client's business: one line, no traceback
+        logger.info("speech server: a client disconnected before sending its whole request body")
+        return Response(status_code=400)  # nobody reads it
     pump = AudioPump(run, req.input)
     try:
         first = await pump.next()
@@ -222,8 +225,7 @@ async def speech(request: Request) -> Response:
         return error_response(ProtocolError(e.code, _stopped_message(e.code)))
     except Exception as e:
         await pump.close("failed")
-        logger.warning(f"speech server: {run.request_id}: {e}")
-        return error_response(ProtocolError(code_for(e), str(e) or type(e).__name__))
+        return error_response(run.failure(e))
     except BaseException:
         await pump.close("disconnected")
         raise
@@ -259,10 +261,14 @@ async def _body(
     except Exception as e:  # after the head was sent: say why in SSE, then abort the transfer
         stopped = isinstance(e, PumpStopped)
         outcome[0] = "cancelled" if stopped else "failed"
-        code = e.code if stopped else code_for(e)
-        message = _stopped_message(code) if stopped else str(e) or type(e).__name__
+        if stopped:
+            code, message = e.code, _stopped_message(e.code)
+        else:  # logged with its detail; the client gets the code and a line it may know
+            failure = pump.run.failure(e, what="ended early")
+            code, message = failure.code, failure.message
         message = f"{message} (cut short after {pump.run.audio_seconds:.2f} s of audio)"
-        logger.warning(f"speech server: {pump.run.request_id} ended early: {code}: {message}")
+        if stopped:
+            logger.warning(f"speech server: {pump.run.request_id} ended early: {code}: {message}")
         if sse:
             yield sse_event({"type": "error", "error": {"code": code, "message": message}})
         raise StreamAborted(f"{code}: {message}") from None

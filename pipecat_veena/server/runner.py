@@ -134,6 +134,10 @@ class ServerHandle:
             await self.state.drain(deadline_s)
         self._server.should_exit = True
         await asyncio.gather(self.task, return_exceptions=True)
+        if self._server.force_exit and self._server.started:
+            # a forced uvicorn skips the app's shutdown, whose task then dies at exit with an
+            # ERROR traceback: end it here (streams cancelled, engine shut down)
+            await self._server.lifespan.shutdown()
 
     def force_exit(self) -> None:
         """Make a running ``stop`` give up waiting for connections."""

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 
 from pipecat_veena.protocol import SAMPLE_RATES
 
@@ -15,6 +14,29 @@ OPENAI_MALE = ("ash", "ballad", "cedar", "echo", "fable", "onyx", "verse")
 OPENAI_VOICES = tuple(sorted(OPENAI_FEMALE + OPENAI_MALE))
 
 
+class ApiKeys(Mapping[str, str]):
+    """Read-only API key -> name table whose repr shows names only (settings get logged).
+
+    Args:
+        keys: key -> name.
+    """
+
+    def __init__(self, keys: Mapping[str, str] | None = None) -> None:
+        self._keys = dict(keys or {})
+
+    def __getitem__(self, key: str) -> str:
+        return self._keys[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return f"ApiKeys(<{len(self)} redacted: {', '.join(sorted(set(self.values())))}>)"
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """Limits, timeouts and API keys of a speech server.
@@ -22,6 +44,7 @@ class ServerSettings:
     Parameters:
         api_keys: accepted bearer keys, mapped to a name used in logs and per-key limits.
             Empty: the server is open to anyone who can reach it (a warning is logged).
+            Kept as ``ApiKeys``, whose repr (and so this object's) shows the names only.
         max_streams: most utterances in flight on the whole server (HTTP and WebSocket).
         max_streams_per_key: most utterances in flight per API key (None: no per-key cap).
         max_streams_per_anonymous_client: on a server without API keys, most utterances in
@@ -90,7 +113,7 @@ class ServerSettings:
                      "open_utterance_timeout_s", "header_timeout_s", "body_timeout_s"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        object.__setattr__(self, "api_keys", MappingProxyType(dict(self.api_keys)))
+        object.__setattr__(self, "api_keys", ApiKeys(self.api_keys))
 
     def limits(self) -> dict[str, float | int | list[int] | None]:
         """The limits a client should know (sent in the WebSocket ``ready`` message)."""

@@ -7,7 +7,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
+from loguru import logger
+
 from pipecat_veena.audio import BYTES_PER_SAMPLE
+from pipecat_veena.logs import log_failure
+from pipecat_veena.protocol import ErrorCode, ProtocolError, code_for
+from pipecat_veena.protocol.codes import client_message
 from pipecat_veena.resample import StreamResampler
 
 if TYPE_CHECKING:
@@ -98,6 +103,21 @@ class SpeechRun:
         if tail:
             self._count(tail)
         return tail
+
+    def failure(self, error: Exception, *, what: str = "failed") -> ProtocolError:
+        """Log why the engine failed this utterance and return what its client is told.
+
+        The log gets the detail (a traceback without variables for an unexpected error); the
+        client gets the stable code and, unless the error is about its request, a fixed line
+        with the request id (``client_message``).
+        """
+        code = code_for(error)
+        where = f"speech server: utterance {self.request_id} {what}"
+        if code == ErrorCode.INTERNAL:
+            log_failure(where, error)
+        else:
+            logger.warning(f"{where}: {code}: {error}")
+        return ProtocolError(code, client_message(code, error, self.request_id))
 
     def _count(self, pcm: bytes) -> None:
         now = time.monotonic()

@@ -23,6 +23,9 @@ from pipecat_veena.text import is_speakable
 if TYPE_CHECKING:
     from pipecat_veena.server.speech import SpeechRun
 
+#: What clients and probes are told about a failed start (the log and the CLI say why: the
+#: exception's text has paths and backend internals).
+START_FAILED = "the engine failed to start; the server's log says why"
 #: A voice name with levels that every level-controllable (Spark) checkpoint accepts.
 _LEVELS_PROBE = "female:moderate:moderate"
 #: After a drain's streams ended, how long WebSocket connections get to send their last
@@ -194,7 +197,7 @@ class SpeechServer:
     def liveness(self) -> str | None:
         """Why this server is dead (None: alive): its engine failed to start, or stopped."""
         if self.failed is not None:
-            return self.failed
+            return START_FAILED
         if self.ready and not self.engine.is_running:
             return "the engine stopped"
         return None
@@ -208,9 +211,7 @@ class SpeechServer:
                 "the server is shutting down and takes no new streams; use another server",
             )
         if self.failed is not None:
-            return ProtocolError(
-                ErrorCode.ENGINE_UNAVAILABLE, f"the engine failed to start: {self.failed}"
-            )
+            return ProtocolError(ErrorCode.ENGINE_UNAVAILABLE, START_FAILED)
         if not self.ready:
             return ProtocolError(
                 ErrorCode.SERVER_STARTING, "the engine is still loading; retry once /ready is 200"

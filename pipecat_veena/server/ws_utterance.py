@@ -7,15 +7,12 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from loguru import logger
-
 from pipecat_veena.protocol import (
     Done,
     Error,
     ErrorCode,
     ProtocolError,
     Speak,
-    code_for,
     encode_audio_frame,
     to_json,
 )
@@ -233,11 +230,7 @@ class WsUtterance:
             self.closed = True
             final = Error(e.code, e.message, self.id, True)
         except Exception as e:
-            code = code_for(e)
-            if code == ErrorCode.INTERNAL:
-                logger.exception(f"speech server: utterance {run.request_id} failed: {e}")
-            else:
-                logger.warning(f"speech server: utterance {run.request_id}: {e}")
-            final = Error(code, str(e) or type(e).__name__, self.id, True)
+            failure = run.failure(e)
+            final = Error(failure.code, failure.message, self.id, True)
         finally:
             self._close(outcome, final)
