@@ -7,6 +7,10 @@ abbreviations and numbers whole: "Rs. 500", "Dr. Rao", "Mr. Smith", "e.g. this",
 with no space after a full stop ("कि.मी.", "मि.ली.": sentencex splits inside those) and one
 after an abbreviation it does not know ("डॉ. शर्मा", "approx. 500", "-Rs. 500"). Packing
 sentences into length-budgeted parts and splitting long ones at clauses and words are unchanged.
+
+sentencex never sees a non-ASCII space (its Rust code panics on one before a full stop: "A\u00a0.
+"), and a panic it raises anyway (``PanicException``, a ``BaseException``) falls back to a simple
+split with a warning. Streamed text (``complete_sentences``) is cut where the same splitter cuts.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from loguru import logger
 from sentencex import segment
 
 #: Longest part sent to the model in one prompt (Veena3 chunks above ~220 characters).
@@ -29,6 +34,14 @@ _NO_BREAK_AFTER = re.compile(
     r"(?:(?:^|[\s(\-−])(?:डॉ|डा|प्रो|श्री|नं|रु|approx|Approx|No|no|Rs|Dr|Mr|Mrs|Ms|Prof|Sr|Jr|vs)"
     r"|\.[\u0900-\u097f]{1,3})\.\s*$"  # or a dotted Hindi abbreviation: कि.मी., मि.ली.
 )
+#: Every non-ASCII space (all lie below U+3001) -> " ", one character for one, so that offsets
+#: in the copy sentencex reads are offsets in the text.
+_ODD_SPACES = {c: " " for c in range(0x80, 0x3001) if chr(c).isspace()}
+#: Where the fallback split cuts: after a sentence end and the white space that follows it.
+_SIMPLE_BREAK = re.compile(r"(?<=[.!?…।॥])[\"'”’)\]]*\s+|(?<=[।॥])")
+#: Next characters a streamed sentence end must be a break before, whatever comes (a capital, a
+#: small letter, a digit, a Devanagari letter), to count as complete before the next text.
+_NEXT_PROBES = ("A", "a", "1", "क")
 _CLAUSE_END = re.compile(r"(?<=[,;:—–])\s+")
 _MARKUP = re.compile(r"<[^<>]{1,40}>|\[[^\[\]]{1,40}\]|[*_#`~|]+")
 _SPACES = re.compile(r"\s+")
@@ -60,6 +73,29 @@ def _split_long(piece: str, max_chars: int) -> list[str]:
     return parts
 
 
+def _simple_split(text: str) -> list[str]:
+    """Sentences cut after each ``.!?…।॥`` and its white space (no abbreviations known)."""
+    cuts = [0, *(m.end() for m in _SIMPLE_BREAK.finditer(text)), len(text)]
+    return [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+
+def _segment(text: str) -> list[str]:
+    """sentencex's sentences of ``text``, read with its odd spaces as plain ones."""
+    plain = text.translate(_ODD_SPACES)
+    try:
+        pieces = list(segment("hi", plain))  # "hi" knows the English abbreviations too
+    except BaseException as e:  # a Rust panic is a BaseException (pyo3's PanicException)
+        if type(e).__name__ != "PanicException":
+            raise
+        logger.warning(f"sentencex panicked ({e}); splitting {len(text)} characters simply")
+        return _simple_split(text)
+    out, start = [], 0
+    for piece in pieces:  # the same spans of the text itself, its own spaces kept
+        out.append(text[start : start + len(piece)])
+        start += len(piece)
+    return out
+
+
 def split_sentences(text: str) -> list[str]:
     """Split ``text`` into sentences; their concatenation is ``text``, byte for byte.
 
@@ -70,7 +106,7 @@ def split_sentences(text: str) -> list[str]:
         The sentences in order, each with the white space that followed it.
     """
     sentences: list[str] = []
-    for piece in segment("hi", text):  # "hi" knows the English abbreviations too
+    for piece in _segment(text):
         if sentences and (
             not sentences[-1][-1:].isspace()
             and sentences[-1].endswith(".")
@@ -82,6 +118,27 @@ def split_sentences(text: str) -> list[str]:
     if "".join(sentences) != text:  # never lose text, whatever the splitter did
         return [text]
     return sentences
+
+
+def complete_sentences(text: str) -> tuple[str, str]:
+    """Split text still being written into its complete sentences and the unfinished rest.
+
+    A sentence is complete where ``split_sentences`` ends it before text that has arrived, or
+    where it would end it whatever letter or digit came next ("Hello. " is complete at once;
+    "Pay Rs. ", "Dr. ", "10 a.m. " wait for the next word). Text appended word by word is thus
+    cut where the whole text would be.
+
+    Returns:
+        (the complete sentences, the rest); their concatenation is ``text``.
+    """
+    sentences = split_sentences(text)
+    last = sentences[-1] if sentences else ""
+    if last[-1:].isspace() and all(
+        split_sentences(last + probe)[0] == last for probe in _NEXT_PROBES
+    ):
+        return text, ""
+    cut = len(text) - len(last)
+    return text[:cut], text[cut:]
 
 
 def split_text(text: str, max_chars: int = DEFAULT_MAX_PART_CHARS) -> list[str]:

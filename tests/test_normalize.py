@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import time
 import unicodedata
 from pathlib import Path
 
@@ -188,3 +189,90 @@ def test_the_readme_examples_are_what_the_normaliser_says():
 def test_long_runs_finish(text):
     """Long runs of mask characters and separators (these once backtracked exponentially)."""
     assert not _DIGIT.search(normalize(text))
+
+
+@pytest.mark.parametrize(
+    ("text", "spoken"),
+    [("2 * 3 * 4 = 24", "two * three * four equals twenty-four"),
+     ("Card XXXX1234, ****1234 or **** 5678", "Card ending in one two three four, ending in one "
+      "two three four or ending in five six seven eight"),
+     ("snake_case_name: 5*3", "snake_case_name: five*three"),
+     ("-5 degrees at 10 a.m.", "minus five degrees at ten a m.")],
+)  # fmt: skip
+def test_markdown_stripping_leaves_masks_products_and_names_alone(text, spoken):
+    assert normalize(text, "en") == spoken
+
+
+#: Every white space character Python knows (sentencex panicked on each non-ASCII one before a
+#: full stop: "A\u00a0. ", slicing inside the character in its Rust code).
+UNICODE_SPACES = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+
+
+@pytest.mark.parametrize("space", UNICODE_SPACES, ids=[f"U+{ord(s):04X}" for s in UNICODE_SPACES])
+def test_any_space_before_a_full_stop_is_split_and_normalised(space):
+    text = f"Plan A{space}. Pay Rs{space}. 500 to Dr{space}. Rao now{space}.{space}Call 112{space}."
+    sentences = split_sentences(text)
+    assert "".join(sentences) == text and len(sentences) >= 2
+    out = normalize(text)
+    assert "five hundred" in out and not _DIGIT.search(out)
+
+
+def test_a_sentencex_panic_falls_back_to_a_simple_split_with_a_warning(monkeypatch):
+    """Contained even if a panic is raised some other way: the real PanicException, caught."""
+    from loguru import logger
+
+    import pipecat_veena.text as text_module
+
+    real = text_module.segment
+
+    def panicking(lang, text):
+        return real(lang, "A\u00a0. B")  # sentencex's own PanicException (a BaseException)
+
+    monkeypatch.setattr(text_module, "segment", panicking)
+    warnings: list[str] = []
+    sink = logger.add(warnings.append, level="WARNING", format="{message}")
+    try:
+        text = "Pay Rs. 500 now! Then call 100. ठीक है। Bye"
+        assert split_sentences(text) == ["Pay Rs. 500 now! ", "Then call 100. ", "ठीक है। ", "Bye"]
+        assert normalize(text) == (
+            "Pay five hundred rupees now! Then call one zero zero. ठीक है। Bye"
+        )
+    finally:
+        logger.remove(sink)
+    assert warnings and "panicked" in warnings[0]
+
+
+#: Pieces that, repeated, once made a rule (or the language guess) try again from every
+#: character of a run: time grew with the square of the length (1.1 s at 16 KB for "1-"). The
+#: rest are runs of what the rules look for, kept linear. ("1," is left out: its one list match
+#: costs 10x from 4 KB to 16 KB in the regex engine's memory, then 4x per 4x: linear, 32 ms.)
+ADVERSARIAL_UNITS = ("A", "AB", "X", "1-", "a1-", "%", "+9", "(0", "1 ", "**", "Dr. ")
+
+
+def adversarial(unit: str, size: int) -> str:
+    """``unit`` repeated to ``size`` characters, then a digit (so that the rules run at all)."""
+    return (unit * (size // len(unit) + 1))[:size] + " 1"
+
+
+def _fastest(text: str, repeats: int = 3) -> float:
+    """The least CPU time (this process's: other processes' load counts less) of a few runs."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        normalize(text)
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def test_normalising_time_grows_linearly_with_the_text():
+    """16 KB of each adversarial run takes under 8x the time of 4 KB (linear: 4x; quadratic: 16x).
+
+    Ratios, not absolute times (the machine is shared); the 4 KB time counts as at least 2 ms.
+    """
+    slow = {}
+    for unit in ADVERSARIAL_UNITS:
+        small = _fastest(adversarial(unit, 4096))
+        big = _fastest(adversarial(unit, 16384))
+        if big > 8 * max(small, 2e-3):
+            slow[unit] = f"{small * 1e3:.1f} ms -> {big * 1e3:.1f} ms"
+    assert not slow, slow

@@ -1,10 +1,13 @@
 """Normalisation through the real engine (vLLM CPU on the demo Spark checkpoint) and a real Pipecat
 pipeline: the model's prompt carries the spoken words and no digits, a request can turn it off,
-and Pipecat still reports the user's original text as spoken (TTSTextFrame)."""
+and Pipecat still reports the user's original text as spoken (TTSTextFrame). Long text is made
+ready off the event loop."""
 
 from __future__ import annotations
 
 import re
+import threading
+from contextlib import aclosing
 
 import pytest
 import pytest_asyncio
@@ -12,8 +15,10 @@ from pipecat.frames.frames import ErrorFrame, TTSSpeakFrame, TTSTextFrame
 from pipecat.tests.utils import run_test
 from recording import RecordingGenerator
 
+import pipecat_veena.engine as engine_module
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.formats import load_tokenizer
+from pipecat_veena.normalize import normalize
 from pipecat_veena.service import VeenaTTSService
 
 pytestmark = pytest.mark.vllm
@@ -99,3 +104,22 @@ async def test_pipecat_reports_the_original_text_while_the_model_reads_words(eng
     assert said.split() == TEXT.split()
     (context_id,) = {f.context_id for f in down if isinstance(f, TTSTextFrame)}
     assert _prompt_texts(engine, tokenizer, context_id) == [SPOKEN]
+
+
+async def test_long_text_is_normalised_off_the_event_loop(engine, monkeypatch):
+    """16 KB of numbers and codes take about 0.2 s to normalise (10 us a character): that runs in
+    a worker thread, not on the loop (it stalled every stream and the probes); a sentence stays
+    on the loop. The real normaliser runs; the spy only notes the thread it runs on."""
+    threads: list[int] = []
+
+    def spy(*args, **kwargs):
+        threads.append(threading.get_ident())
+        return normalize(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "normalize_text", spy)
+    long = "Call (022) 2345 6789 or 1800-123-4567, ref 48 29 13, ₹1,250 on 05/08/2025. " * 220
+    for text in (long, TEXT):
+        async with aclosing(engine.stream(text, request_id="norm-long", seed=1)) as chunks:
+            await anext(chunks)  # the text was normalised and split before the first chunk
+    loop = threading.get_ident()
+    assert len(threads) == 2 and threads[0] != loop and threads[1] == loop

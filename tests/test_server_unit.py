@@ -77,6 +77,24 @@ async def test_incremental_text_is_spoken_sentence_by_sentence():
         await _expect_error(client, ErrorCode.UNKNOWN_ID, ended=False)
 
 
+async def test_appended_text_is_not_cut_after_an_abbreviation():
+    """An LLM's words appended one by one are cut where the engine's splitter cuts the whole
+    text: "Rs. ", "Dr. " and "a.m. " end no sentence (they did, and each half was a prompt)."""
+    engine = FakeSpeechEngine(chunks=1)
+    async with serving(engine) as server, RawClient.connect(server.ws_url) as client:
+        await client.send({"type": "speak", "id": "w", "text": "", "final": False})
+        for word in "Please pay Rs. 500 to Dr. Rao by 10 a.m. tomorrow. Thanks!".split(" "):
+            await client.send({"type": "append", "id": "w", "text": word + " "})
+        await until(lambda: len(engine.calls) == 2)  # "Thanks! " is complete as it arrives
+        await client.send({"type": "end", "id": "w"})
+        _, done = await client.until_end("w")
+        assert done.reason == "completed"
+        assert [call[0] for call in engine.calls] == [
+            "Please pay Rs. 500 to Dr. Rao by 10 a.m. tomorrow. ",
+            "Thanks! ",
+        ]
+
+
 async def test_cancel_stops_the_engine_stream_and_says_cancelled():
     engine = FakeSpeechEngine(endless=True, delay=0.01)
     async with serving(engine) as server, RawClient.connect(server.ws_url) as client:

@@ -1,8 +1,17 @@
-"""Sentence/clause splitting (Latin and Devanagari), speakability and the runaway budget."""
+"""Sentence/clause splitting (Latin and Devanagari), the cuts of streamed text, speakability and
+the runaway budget."""
+
+import re
 
 import pytest
 
-from pipecat_veena.text import is_speakable, max_speech_seconds, split_text
+from pipecat_veena.text import (
+    complete_sentences,
+    is_speakable,
+    max_speech_seconds,
+    split_sentences,
+    split_text,
+)
 
 
 def test_splits_at_latin_and_devanagari_sentence_ends():
@@ -74,3 +83,38 @@ def test_abbreviations_and_numbers_do_not_end_a_sentence():
         "pay Rs. 500 now.",
     ]
     assert split_text("नमस्ते जी। डॉ. शर्मा आएँगे।", max_chars=20) == ["नमस्ते जी।", "डॉ. शर्मा आएँगे।"]
+
+
+STREAMED = [
+    "Please pay Rs. 500 to Dr. Rao by 10 a.m. tomorrow. Thanks! See you.",
+    "Mr. Smith said no. 5 is free, e.g. this one. It costs approx. 20 dollars… fine? Yes.",
+    "डॉ. शर्मा 5 कि.मी. दूर हैं। Rs. 500 भेजें। ठीक है? हाँ।",
+    'He said "Stop." Then he left. The U.S. team won at 3 p.m. today.',
+]
+
+
+def _stream(pieces: list[str]) -> list[str]:
+    """What a WebSocket utterance speaks when ``pieces`` are appended one by one, then ended."""
+    spoken, pending = [], ""
+    for piece in pieces:
+        complete, pending = complete_sentences(pending + piece)
+        if complete:
+            spoken.append(complete)
+    return spoken + ([pending] if pending else [])
+
+
+@pytest.mark.parametrize("text", STREAMED)
+def test_streamed_text_is_cut_where_the_whole_text_is(text):
+    """Word by word or character by character, appended text is cut at the sentence ends of the
+    whole text: never after "Rs. ", "Dr. ", "a.m. " (the cut the old regex made)."""
+    words = re.findall(r"\S+\s*", text)
+    assert _stream(words) == split_sentences(text)
+    assert _stream(list(text)) == split_sentences(text)
+
+
+def test_a_complete_sentence_is_cut_before_the_next_word_arrives():
+    assert complete_sentences("Hello there. ") == ("Hello there. ", "")
+    assert complete_sentences("नमस्ते। ") == ("नमस्ते। ", "")
+    assert complete_sentences("Wow! ") == ("Wow! ", "")
+    for waiting in ("Please pay Rs. ", "Call Dr. ", "Come at 10 a.m. ", "Hello there.", "Ok… "):
+        assert complete_sentences(waiting) == ("", waiting)

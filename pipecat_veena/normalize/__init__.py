@@ -2,9 +2,10 @@
 
 ``normalize("आपका बिल ₹1,250 है।")`` gives "आपका बिल एक हज़ार दो सौ पचास रुपये है।". Each sentence
 gets the language of its script (Devanagari: Hindi words, Latin: Indian English) unless one is
-forced; Latin words inside Hindi stay as they are. A user lexicon is applied first, then the
-rule layer (pipecat_veena.normalize.rules). Only what a rule takes is rewritten: text that needs
-nothing comes back byte for byte, and normalising twice gives the same text as once.
+forced; Latin words inside Hindi stay as they are. Markdown marks go first (``**48**``, headings,
+bullets: pipecat_veena.normalize.markdown), then a user lexicon is applied, then the rule layer
+(pipecat_veena.normalize.rules). Only what a rule takes is rewritten: text that needs nothing
+comes back byte for byte, and normalising twice gives the same text as once.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pipecat_veena.normalize.lexicon import Lexicon
+from pipecat_veena.normalize.markdown import strip_markdown
 from pipecat_veena.normalize.rules import apply_rules
 from pipecat_veena.text import split_sentences
 
@@ -26,7 +28,9 @@ _DEVANAGARI_DIGITS = str.maketrans("०१२३४५६७८९", "0123456789
 #: Anything a rule could act on; text without any of these needs no work at all.
 _TRIGGER = re.compile(r"[0-9०-९&@%+=©#/₹$€£°℃℉.]")
 _DEVANAGARI_WORD = re.compile(r"[\u0900-\u0963\u0971-\u097f]+")
-_LATIN_WORD = re.compile(r"[A-Z]*[a-z][A-Za-z]*")  # acronyms (OTP, EMI) do not count
+#: Acronyms (OTP, EMI) do not count. A word starts after a non-letter: a run of capitals with no
+#: small letter is then tried once, not from each of its letters (quadratic on "AAAA...").
+_LATIN_WORD = re.compile(r"(?<![A-Za-z])[A-Z]*+[a-z][A-Za-z]*")
 
 
 def sentence_language(sentence: str) -> str | None:
@@ -68,6 +72,7 @@ def normalize(
     if language not in LANGUAGES:
         raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
     lex = Lexicon.load(lexicon)
+    text = strip_markdown(text)  # **48** is not a masked number, "# " not "number"
     if not text or (not lex and not _TRIGGER.search(text)):
         return text
     sentences = split_sentences(text)

@@ -10,10 +10,11 @@ or from a 24-hour clock.
 
 from __future__ import annotations
 
+import calendar
 import re
 
 from pipecat_veena.normalize import numbers as nw
-from pipecat_veena.normalize.tables import MONTH_NAMES, MONTHS, nfc
+from pipecat_veena.normalize.tables import MONTH_NAMES, MONTHS, WORDS, nfc
 
 #: Clock period words, Hindi: (first hour, last hour, word) on a 24-hour clock.
 HI_DAY_PERIODS = (
@@ -38,19 +39,25 @@ def _year(written: str | None, lang: str) -> str:
     return nw.year(value, lang)
 
 
+def _days_in(month: int, year: str | None) -> int:
+    """Days of ``month`` (1-12) in the year as written (2 digits: 20xx; None: a leap year)."""
+    full = 2000 if not year else int(year) + (2000 if len(year) == 2 else 0)
+    return calendar.monthrange(full, month)[1]
+
+
 def say_date(day: int, month: int, year: str | None, lang: str, *, month_first: bool = False,
              comma: bool = False) -> str | None:  # fmt: skip
-    """A calendar date in words; None when it is not a valid day and month.
+    """A calendar date in words; None when it is not a day of the calendar (31/02, 29/02/2023).
 
     Args:
-        day: 1-31.
+        day: 1-31 (up to the month's length; 29 February only in a leap year or with no year).
         month: 1-12.
         year: the year as written (2 or 4 digits), or None.
         lang: "hi" or "en".
         month_first: English "August fifteenth" (as written) instead of "fifteenth of August".
         comma: keep the comma the text had before the year (English, month first).
     """
-    if not (1 <= month <= 12 and 1 <= day <= 31):
+    if not (1 <= month <= 12 and 1 <= day <= _days_in(month, year)):
         return None
     name = MONTH_NAMES[lang][month - 1]
     spoken_year = _year(year, lang)
@@ -69,7 +76,13 @@ def date_numeric(m: re.Match, lang: str) -> str | None:
         return None  # 1.2.34 is a version number
     a, b = int(m["dn_a"]), int(m["dn_b"])
     day, month = (b, a) if b > 12 and a <= 12 else (a, b)
-    return say_date(day, month, m["dn_y"], lang)
+    spoken = say_date(day, month, m["dn_y"], lang)
+    if spoken is None and m["dn_sep"] == "/":  # 31/02/2024, 45/13/2020: not a date; as written
+        slash = f" {WORDS[lang]['slash']} "
+        parts = (m["dn_a"], m["dn_b"], m["dn_y"])
+        return slash.join(nw.digits(p, lang) if p[0] == "0" else nw.cardinal(int(p), lang)
+                          for p in parts)  # fmt: skip
+    return spoken
 
 
 def date_iso(m: re.Match, lang: str) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from pipecat_veena.normalize import numbers as nw
-from pipecat_veena.normalize.patterns import DIGIT_CONTEXT_LEFT, text_before
+from pipecat_veena.normalize.patterns import DIGIT_CONTEXT_RIGHT, asks_for_digits, text_after
 from pipecat_veena.normalize.tables import WORDS
 
 #: Digits of an Indian landline with its trunk 0: STD code (0 and 2-4 digits) and subscriber
@@ -71,19 +71,20 @@ def dash_code(m: re.Match, lang: str) -> str:
 
 
 def spaced_groups(m: re.Match, lang: str) -> str | None:
-    """98765 43210, 1234 5678 9012 3456, 1800 123 4567: one number in groups.
+    """98765 43210, 1234 5678 9012 3456, 1800 123 4567, OTP 48 29 13: one number in groups.
 
     None for two unrelated numbers side by side (2024 1500): at least 8 digits, and three or
-    more groups, a leading 0, two groups of five, or a word before them that asks for digits
-    (Phone 2345 6789, card 1234 5678).
+    more groups, a leading 0 or two groups of five; or a word before or after them that asks
+    for digits (Phone 2345 6789, OTP 48 29 13, 48 29 13 is your OTP), with any 4 digits.
     """
     groups = m["sg"].split()
     total = sum(len(g) for g in groups)
-    if total < 8 or not (
-        len(groups) >= 3
-        or groups[0][0] == "0"
-        or all(len(g) >= 5 for g in groups)
-        or DIGIT_CONTEXT_LEFT.search(text_before(m))
+    coded = asks_for_digits(m) or DIGIT_CONTEXT_RIGHT.match(text_after(m))
+    if not (
+        coded
+        and total >= 4
+        or total >= 8
+        and (len(groups) >= 3 or groups[0][0] == "0" or all(len(g) >= 5 for g in groups))
     ):
         return None
     return nw.digit_groups(groups, lang)

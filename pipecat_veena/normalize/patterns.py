@@ -18,6 +18,7 @@ from pipecat_veena.normalize.tables import (
     NOT_AFTER_WORD,
     NOT_BEFORE_WORD,
     NUMBER_ABBREVIATIONS,
+    PER_UNITS,
     SCALES,
     UNITS,
     WORD_CHAR,
@@ -27,10 +28,11 @@ from pipecat_veena.normalize.tables import (
 # -- context words for digit-by-digit reading ------------------------------------------------
 #: Words (any case) after which a number of 3 or more digits is read digit by digit.
 DIGIT_CONTEXT = (
-    "otp|pin|pincode|passcode|password|code|cvv|phone|ph|mobile|mob|cell|contact|call|whatsapp|"
+    "otp|pin|pincode|passcode|password|code|cvv|phone|ph|mobile|mob|cell|contact|call|dial|"
+    "whatsapp|"
     "helpline|tel|telephone|account|acct|a/c|card|number|no|num|id|ref|reference|pnr|awb|"
     "tracking|ticket|txn|transaction|utr|upi|aadhaar|aadhar|extension|ext|"
-    "नंबर|नम्बर|ओटीपी|पिन|कोड|खाता|मोबाइल|फ़ोन|फोन|कॉल|संख्या|आईडी|पासवर्ड"
+    "नंबर|नम्बर|ओटीपी|पिन|कोड|खाता|मोबाइल|फ़ोन|फोन|कॉल|डायल|संख्या|आईडी|पासवर्ड"
 ).split("|")
 #: Words that may sit between a context word and its number ("account number is 123").
 DIGIT_FILLERS = (
@@ -71,6 +73,7 @@ MONTH_DOT = r"(?:\.(?!\s*$|\s+[A-Z\u0900-\u097F]))?"
 SCALE = alternation(SCALES)
 MONEY_SCALE = alternation(MONEY_SCALES)
 UNIT = alternation(UNITS)
+PER_UNIT = alternation(PER_UNITS)
 CUR_PREFIX = alternation(CURRENCY_PREFIX)
 CUR_SUFFIX = alternation(CURRENCY_SUFFIX)
 ABBREV = alternation(ABBREVIATIONS)
@@ -101,6 +104,11 @@ FEMININE_AFTER_ORDINAL_LATIN = (
 POSTPOSITION = r"(?:का|की|के|में|से|को|पर|तक)(?![\u0900-\u097f])"
 
 
+def per_unit(group: str) -> str:
+    """The slash and unit after a unit or an amount ("/kg", "/s": "per kilogram"), in ``group``."""
+    return rf"/(?P<{group}>{PER_UNIT}){B1}"
+
+
 def _words(words: list[str]) -> str:
     return alternation(words)
 
@@ -123,6 +131,29 @@ def text_after(m: re.Match) -> str:
 DIGIT_CONTEXT_LEFT = re.compile(
     rf"{B0}(?i:{_words(DIGIT_CONTEXT)})\.?(?:[\s:#.\-]+{_words(DIGIT_FILLERS)}{B1})*[\s:#.\-]*$"
 )
+#: A number (3 digits or more) and a list word before this one: "100 or 112", "100, 101".
+_LISTED_BEFORE = re.compile(r"(?<![\d.,])\d{3,}\s*(?:,|/|or|and|या|और)\s*$")
+#: How many listed numbers back a context word may be ("call 100, 101, 102 or 112").
+MAX_LISTED = 8
+
+
+def asks_for_digits(m: re.Match) -> bool:
+    """A word before the number, or before the list it ends, asks for digits (OTP, call, #).
+
+    "Call 100 or 112": 112 is read like 100, digit by digit, whatever reads 100.
+    """
+    end = m.start()
+    for _ in range(MAX_LISTED):
+        before = m.string[max(0, end - CONTEXT_CHARS) : end]
+        if before.endswith("#") or DIGIT_CONTEXT_LEFT.search(before):
+            return True
+        listed = _LISTED_BEFORE.search(before)
+        if listed is None:
+            return False
+        end -= len(before) - listed.start()
+    return False
+
+
 #: Right context (starts right after the number) that makes it a code.
 DIGIT_CONTEXT_RIGHT = re.compile(
     rf"^[\s,:]*(?:{_words(DIGIT_FILLERS_AFTER)}\s+){{0,3}}{_words(DIGIT_CONTEXT_AFTER)}{B1}"

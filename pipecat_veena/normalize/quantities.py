@@ -13,7 +13,6 @@ import re
 
 from pipecat_veena.normalize import numbers as nw
 from pipecat_veena.normalize.patterns import (
-    DIGIT_CONTEXT_LEFT,
     DIGIT_CONTEXT_RIGHT,
     FEMININE_NEXT,
     HI_ORDINAL_SUFFIXES,
@@ -21,6 +20,7 @@ from pipecat_veena.normalize.patterns import (
     POSTPOSITION,
     YEAR_LEFT,
     YEAR_RIGHT,
+    asks_for_digits,
     is_indian_grouping,
     parse_number,
     text_after,
@@ -31,6 +31,7 @@ from pipecat_veena.normalize.tables import (
     CURRENCY_SUFFIX,
     CURRENCY_WORDS,
     MONEY_SCALES,
+    PER_UNITS,
     SCALE_WORDS,
     SCALES,
     UNITS,
@@ -104,8 +105,7 @@ def plain_number(m: re.Match, lang: str) -> str | None:
     if not (grouped or frac or neg):
         n = len(int_part)
         before, after = text_before(m), text_after(m)
-        coded = before.endswith("#") or DIGIT_CONTEXT_LEFT.search(before)
-        if n >= 3 and (coded or DIGIT_CONTEXT_RIGHT.match(after)):
+        if n >= 3 and (asks_for_digits(m) or DIGIT_CONTEXT_RIGHT.match(after)):
             return nw.digit_groups(nw.group_digits(int_part), lang)
         if n >= 6:
             return nw.digit_groups(nw.group_digits(int_part), lang)
@@ -151,12 +151,20 @@ def scaled_number(m: re.Match, lang: str) -> str:
     return _minus(_span(m["sc_a"], m["sc_b"], lang, scale_b=scale), m["sc_neg"], lang)
 
 
+def per(written: str | None, lang: str) -> str:
+    """What a written "/kg" adds: " per kilogram" / " प्रति किलो" ("" for None)."""
+    if not written:
+        return ""
+    en, hi = PER_UNITS.get(nfc(written)) or PER_UNITS[written]
+    return f" {WORDS[lang]['per']} {en if lang == 'en' else hi}"
+
+
 def money_prefix(m: re.Match, lang: str) -> str | None:
-    """₹1,25,000, Rs. 500/-, $12.50, ₹2.5 crore, ₹500-1,000, INR 5k; -₹500 and ₹-500 (minus)."""
+    """₹1,25,000, Rs. 500/-, $12.50, ₹2.5 crore, ₹500-1,000, INR 5k, ₹40/kg; -₹500 and ₹-500."""
     key = CURRENCY_PREFIX.get(nfc(m["mp_cur"])) or CURRENCY_PREFIX[m["mp_cur"]]
     scale_a, scale_b = m["mp_sa"] or m["mp_ka"], m["mp_sb"] or m["mp_kb"]
     words = _money(key, m["mp_a"], m["mp_b"], scale_a, scale_b, lang, oblique=_oblique(m, lang))
-    return _minus(words, m["mp_neg"] or m["mp_sign"], lang)
+    return _minus(words, m["mp_neg"] or m["mp_sign"], lang) + per(m["mp_per"], lang)
 
 
 def money_suffix(m: re.Match, lang: str) -> str | None:
@@ -202,7 +210,7 @@ def percent(m: re.Match, lang: str) -> str:
 
 
 def measure(m: re.Match, lang: str) -> str | None:
-    """5 km, 2.5 kg, -5°C, 10-20 GB: the number in words and the unit spelled out."""
+    """5 km, 2.5 kg, -5°C, 10-20 GB, 5 m/s: the number in words and the unit spelled out."""
     unit = UNITS.get(nfc(m["u_unit"]))
     if unit is None:
         return None
@@ -210,7 +218,7 @@ def measure(m: re.Match, lang: str) -> str | None:
     single = b is None and _is_one(a) and not m["u_neg"] and not _oblique(m, lang)
     en1, en2, hi1, hi2 = unit
     word = (en1 if single else en2) if lang == "en" else (hi1 if single else hi2)
-    return _minus(_span(a, b, lang), m["u_neg"], lang) + f" {word}"
+    return _minus(_span(a, b, lang), m["u_neg"], lang) + f" {word}" + per(m["u_per"], lang)
 
 
 def _hi_ordinal_form(m: re.Match) -> str:

@@ -85,7 +85,9 @@ _END = r"(?![\d,.]\d|\d)"
 _LATIN_TLD = r"(?:com|in|org|net|co|io|gov|edu|ai|app|dev|info|me|ly)"
 
 RULES: tuple[Rule, ...] = (
-    Rule("email", r"(?<![\w.+-])(?P<em>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)",
+    # Each run below starts only where its characters start (the look-behinds), and a possessive
+    # run is scanned once: tried from inside a long run instead, each of these is quadratic.
+    Rule("email", r"(?<![\w.+%-])(?P<em>[A-Za-z0-9._%+-]++@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)",
          codes.email),
     Rule("url", r"(?<![\w@.-])(?P<url>(?:[A-Za-z][A-Za-z+.-]*://|www\.)[^\s<>\"']+?|"
          rf"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.{_LATIN_TLD}(?:/[^\s<>\"']*?)?)"
@@ -117,7 +119,8 @@ RULES: tuple[Rule, ...] = (
          rf"(?P<mp_sign>[-−])?(?P<mp_a>{NUM})"
          rf"(?:\s?(?P<mp_sa>{p.SCALE})|(?P<mp_ka>{p.MONEY_SCALE}))?{B1}"
          rf"(?:{_TO}(?:{p.CUR_PREFIX}\s?)?(?P<mp_b>{NUM})"
-         rf"(?:\s?(?P<mp_sb>{p.SCALE})|(?P<mp_kb>{p.MONEY_SCALE}))?{B1})?(?:/-)?",
+         rf"(?:\s?(?P<mp_sb>{p.SCALE})|(?P<mp_kb>{p.MONEY_SCALE}))?{B1})?"
+         rf"(?:/-|{p.per_unit('mp_per')})?",
          quantities.money_prefix),
     Rule("money_suffix", rf"(?:(?P<ms_neg>{NEG})|{B0})(?P<ms_a>{NUM})(?:{_TO}(?P<ms_b>{NUM}))?"
          rf"(?:\s?(?P<ms_s>{p.SCALE}))?\s?(?P<ms_cur>{p.CUR_SUFFIX})(?:{B1}|(?<=\.))(?:/-)?",
@@ -125,7 +128,8 @@ RULES: tuple[Rule, ...] = (
     Rule("percent", rf"(?P<p_neg>{NEG})?(?P<p_a>{NUM})(?:\s?%?{DASH}(?P<p_b>{NUM}))?\s?%",
          quantities.percent),
     Rule("measure", rf"(?P<u_neg>{NEG})?(?P<u_a>{NUM})(?:{_TO}(?P<u_b>{NUM}))?\s?"
-         rf"(?P<u_unit>{p.UNIT})(?:{B1}|(?<=[.°℃℉]))", quantities.measure),
+         rf"(?P<u_unit>{p.UNIT})(?:{p.per_unit('u_per')}|{B1}|(?<=[.°℃℉]))",
+         quantities.measure),
     Rule("ordinal_en", rf"{B0}(?P<oe_n>\d+)(?P<oe_s>{p.EN_ORDINAL}){B1}", quantities.ordinal_en),
     Rule("ordinal_hi", rf"{B0}(?P<oh_n>\d+)(?P<oh_s>{p.HI_ORDINAL}){B1}", quantities.ordinal_hi),
     # A list (1,2,3): every item but the last, each with its comma; the last is left to the rules.
@@ -133,8 +137,8 @@ RULES: tuple[Rule, ...] = (
          rf"(?={p.LIST_ITEM}(?!\d|,\d))", quantities.number_list),
     Rule("scaled", rf"(?P<sc_neg>{NEG})?(?P<sc_a>{NUM})(?:{DASH}(?P<sc_b>{NUM}))?\s?"
          rf"(?P<sc_s>{p.SCALE}){B1}", quantities.scaled_number),
-    Rule("dash_code", rf"{B0}(?P<dc>\d+(?:-\d+){{2,}}|\d{{5,}}-\d{{5,}}|0\d{{2,4}}-\d{{6,8}})"
-         r"(?![\d-])", codes.dash_code),
+    Rule("dash_code", rf"{B0}(?<!\d-)(?P<dc>\d+(?:-\d+){{2,}}+|\d{{5,}}-\d{{5,}}|"
+         r"0\d{2,4}-\d{6,8})(?![\d-])", codes.dash_code),
     Rule("spaced", rf"{B0}(?P<sg>\d{{2,5}}(?: \d{{2,5}}){{1,3}}){_END}", codes.spaced_groups),
     Rule("alnum_id", rf"{B0}(?=[A-Z0-9]*[A-Z])(?=(?:[A-Z]*\d){{3}})(?P<id>[A-Z0-9]{{6,}}){B1}",
          codes.alphanumeric_id),

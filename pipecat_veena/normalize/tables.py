@@ -71,6 +71,7 @@ WORDS: dict[str, dict[str, str]] = {
         "colon": "colon",
         "question": "question mark",
         "hundred_hours": "hundred hours",
+        "per": "per",
     },
     "hi": {
         "point": "दशमलव",
@@ -94,6 +95,7 @@ WORDS: dict[str, dict[str, str]] = {
         "colon": "कोलन",
         "question": "क्वेश्चन मार्क",
         "hundred_hours": "बजे",
+        "per": "प्रति",
     },
 }
 
@@ -255,6 +257,14 @@ _unit("kW|KW", "kilowatt", "kilowatts", "किलोवाट")
 _unit("kWh|KWh", "kilowatt hour", "kilowatt hours", "किलोवाट घंटा", "किलोवाट घंटे")
 _unit("ft", "foot", "feet", "फ़ुट")
 _unit("sq ft|sqft", "square foot", "square feet", "वर्ग फ़ुट")
+
+#: What may follow a unit's slash ("5 m/s", "₹40/kg") -> (English, Hindi) singular, said after
+#: "per": every unit, and the short time words a unit is divided by.
+PER_UNITS: dict[str, tuple[str, str]] = {name: (v[0], v[2]) for name, v in UNITS.items()}
+PER_UNITS.update({"s": ("second", "सेकंड"), "h": ("hour", "घंटा"), "day": ("day", "दिन"),
+                  "week": ("week", "हफ़्ता"), "month": ("month", "महीना"), "yr": ("year", "साल"),
+                  "year": ("year", "साल"), "person": ("person", "व्यक्ति")})  # fmt: skip
+PER_UNITS = {nfc(k): (v[0], nfc(v[1])) for k, v in PER_UNITS.items()}
 
 # -- abbreviations ---------------------------------------------------------------------------
 #: Abbreviation as written (with its dot) -> (English, Hindi).

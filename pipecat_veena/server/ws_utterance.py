@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from typing import TYPE_CHECKING
 
@@ -17,28 +16,19 @@ from pipecat_veena.protocol import (
     to_json,
 )
 from pipecat_veena.server.speech import SpeechRun
+from pipecat_veena.text import complete_sentences
 
 if TYPE_CHECKING:
     from pipecat_veena.server.ws import Connection
-
-#: Where appended text may be cut: after a sentence end (Latin or Devanagari) and a space.
-_SENTENCE_BREAK = re.compile(r"[.!?…]+[\"'”’)\]]*\s+|[।॥]+[\"'”’)\]]*\s*")
-
-
-def complete_sentences(text: str) -> tuple[str, str]:
-    """Split ``text`` into its complete sentences and the unfinished rest."""
-    cut = 0
-    for match in _SENTENCE_BREAK.finditer(text):
-        cut = match.end()
-    return text[:cut], text[cut:]
 
 
 class WsUtterance:
     """An utterance in flight on one connection; its task speaks queued text segments in order.
 
     With ``final`` the whole text is one segment (the engine splits it and keeps one voice).
-    Otherwise appended text is cut at sentence ends and each complete sentence is spoken as
-    soon as it arrives; ``flush`` speaks the rest now, ``end`` closes the text.
+    Otherwise appended text is cut where the engine's sentence splitter cuts it (not after
+    "Rs. ", "Dr. ", "a.m. ") and each complete sentence is spoken as soon as it arrives;
+    ``flush`` speaks the rest now, ``end`` closes the text.
 
     Args:
         conn: the connection.
