@@ -54,7 +54,9 @@ class StreamScheduler:
     """Plans the windows of one stream from frame counts alone (integers only, no arrays).
 
     Every frame is emitted exactly once and in order; a window's left context is
-    ``min(L, emit_start)``, its lookahead R (less only where the stream has ended).
+    ``min(L, emit_start)``, its lookahead R (less only where the stream has ended). Without
+    ``urgent`` chunks the windows depend on the frame count only, not on how the frames were
+    grouped when they arrived.
     """
 
     def __init__(
@@ -123,7 +125,10 @@ class StreamScheduler:
         if pending <= 0 or (not self._final and pending < needed):
             return None
         start = self.emitted
-        end = start + min(pending, self._max)
+        # A regular chunk is exactly its target, however many frames arrived at once: chunk
+        # boundaries (and so the seams) are then a function of the frame stream alone, not of
+        # how the LLM's output was grouped into deltas. Urgent and final chunks take all.
+        end = start + min(pending if self._final or urgent else needed, self._max)
         self.emitted = end
         self.chunks += 1
         if pending >= self._target:

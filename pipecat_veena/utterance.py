@@ -20,6 +20,7 @@ from pipecat_veena.config import EngineConfig
 from pipecat_veena.errors import NoAudioError
 from pipecat_veena.formats import ModelFormat
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
+from pipecat_veena.generation.base import MAX_SEED
 from pipecat_veena.guards import RepetitionGuard
 from pipecat_veena.streaming import StreamConfig, StreamDecoder, should_hurry
 from pipecat_veena.voices import Voice, VoicePrint
@@ -163,11 +164,11 @@ class Utterance:
             f"{time.perf_counter() - self.started:.2f} s"
         )
 
-    async def _run_part(self, index: int, text: str) -> AsyncIterator[AudioChunk]:
+    def _part_request(self, index: int, text: str) -> tuple[list[int], SamplingOptions, Any]:
+        """The prompt, sampling options and parser of part ``index``."""
         fmt = self.fmt
         prefilled = self.voiceprint is not None or self.voice.globals is not None
         prompt = fmt.prompt(text, self.voice, self.voiceprint)
-        self.prompt_tokens += len(prompt)
         options = fmt.options(
             self.options,
             text,
@@ -182,9 +183,13 @@ class Utterance:
             options,
             max_tokens=cap,
             min_tokens=min(options.min_tokens, cap),
-            seed=None if options.seed is None else options.seed + index,
+            seed=None if options.seed is None else (options.seed + index) % (MAX_SEED + 1),
         )
-        parser = fmt.parser(prefilled=prefilled)
+        return prompt, options, fmt.parser(prefilled=prefilled)
+
+    async def _run_part(self, index: int, text: str) -> AsyncIterator[AudioChunk]:
+        prompt, options, parser = self._part_request(index, text)
+        self.prompt_tokens += len(prompt)
         generator = self.shared.generator
         reason = None
         self.llm_request_id = request_id = f"{self.rid}-{index}"
@@ -243,7 +248,12 @@ class Utterance:
         decoding itself is the bottleneck (the last chunk took more than half its own duration
         to decode, as with a large codec on CPU), smaller chunks would only cost more per frame:
         then the chunks keep growing.
+
+        Never for a request with a seed: hurrying depends on timing, and a seeded request's
+        chunks (so its seams, so its audio) must depend on its tokens alone.
         """
+        if self.options.seed is not None:
+            return False
         if self.first_audio_at is None or self.last_decode_s > 0.5 * self.last_chunk_s:
             return False
         now = time.monotonic()
@@ -273,7 +283,7 @@ class Utterance:
             return False
         if self.voiceprint is None and self.voice.globals is None:
             # later parts of this request continue in the voice its first part generated
-            self.voiceprint = VoicePrint(tuple(parser.prefix), tuple(parser.globals))
+            self.voiceprint = _voiceprint(parser)
             self.captured = True
         return True
 
@@ -299,3 +309,8 @@ class Utterance:
             to_pcm_bytes(samples), self.codec.sample_rate, self.tokens, self.prompt_tokens,
             cut=self.cut,
         )  # fmt: skip
+
+
+def _voiceprint(parser: Any) -> VoicePrint:
+    """The voice print a BiCodec parser read once ``voice_ready``."""
+    return VoicePrint(tuple(parser.prefix), tuple(parser.globals))

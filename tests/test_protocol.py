@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import re
 import wave
 
 import numpy as np
@@ -18,6 +20,8 @@ from pipecat_veena.errors import (
     ServerUnavailableError,
     UnknownVoiceError,
 )
+from pipecat_veena.generation import SamplingOptions
+from pipecat_veena.generation.base import MAX_SEED, MAX_TOP_K
 from pipecat_veena.protocol import (
     Append,
     Cancel,
@@ -36,6 +40,7 @@ from pipecat_veena.protocol import (
     parse_server_message,
     to_json,
 )
+from pipecat_veena.remote import RemoteVeenaEngine
 from pipecat_veena.server.audio_out import wav_header
 from pipecat_veena.server.settings import ServerSettings, parse_voice_map, read_api_keys
 
@@ -98,6 +103,92 @@ def test_bad_messages_name_the_problem(raw, code, words):
     with pytest.raises(ProtocolError) as info:
         parse_client_message(raw)
     assert info.value.code == code and words in info.value.message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"text": "x", "speed": 2},  # unknown field
+        {"text": 5},  # wrong type
+        {"text": "x", "sample_rate": 47.5},  # odd rates
+        {"text": "x", "sample_rate": 10**30},
+        {"text": "x", "final": "no"},
+        {"text": "Hi \ud800 there"},  # lone surrogate
+        {"text": "x", "voice": "\udfff"},
+        {"text": "x", "options": {"warp": 9}},
+        {"text": "x", "options": {"seed": 1.5}},
+        {"text": "x" * 70000},  # over max_bytes below
+    ],
+)
+def test_a_refused_speak_names_its_id_and_ends_it(message):
+    """docs/protocol.md: every utterance ends with ``done`` or an error with ``ended: true``; a
+    client waiting for its id's end must get it when the server will not run the speak."""
+    raw = json.dumps({"type": "speak", "id": "turn-7", **message})
+    with pytest.raises(ProtocolError) as info:
+        parse_client_message(raw, max_bytes=65536)
+    assert (info.value.ref, info.value.ended) == ("turn-7", True), info.value.message
+    with pytest.raises(ProtocolError) as info:  # an invalid id is still the client's name for it
+        parse_client_message(json.dumps({"type": "speak", "id": "turn 7", "text": "x"}))
+    assert (info.value.ref, info.value.ended) == ("turn 7", True)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"type": "append", "id": "u", "text": 5}',
+        '{"type": "cancel", "id": "u", "text": "x"}',
+        '{"type": "SPEAK", "id": "u", "text": "x"}',
+        '{"type": "flush", "id": "u", "pad": "' + "x" * 70000 + '"}',
+    ],
+)
+def test_a_refused_message_about_an_open_utterance_does_not_end_it(raw):
+    with pytest.raises(ProtocolError) as info:
+        parse_client_message(raw, max_bytes=65536)
+    assert not info.value.ended
+
+
+def test_a_message_over_the_cap_is_too_large_even_when_not_json():
+    with pytest.raises(ProtocolError) as info:
+        parse_client_message("{" * 70000, max_bytes=65536)
+    assert info.value.code == ErrorCode.MESSAGE_TOO_LARGE
+
+
+#: Sampling values vLLM refuses or fails on, per option, with the range the error must name.
+_OUT_OF_RANGE = {
+    "temperature": ([math.nan, math.inf], "[0, 2]"),
+    "top_p": ([math.nan], "(0, 1]"),
+    "repetition_penalty": ([math.inf, math.nan, -math.inf], "finite number > 0"),
+    "top_k": ([10**29, -5], f"[-1, {MAX_TOP_K}]"),
+    "seed": ([2**64, 2**70, -1], f"[0, {MAX_SEED}]"),
+}
+
+
+@pytest.mark.parametrize(
+    "option, value, accepted",
+    [
+        (name, value, accepted)
+        for name, (values, accepted) in _OUT_OF_RANGE.items()
+        for value in values
+    ],
+)
+def test_sampling_values_out_of_range_are_refused_naming_the_range(option, value, accepted):
+    """One check for every door (the WebSocket, the OpenAI route, the Pipecat and LiveKit
+    settings, RemoteVeenaEngine): a value vLLM refuses or fails on later is a ``bad_options``
+    (not retryable), not a 500 ``internal`` or a retried ``generation_failed``."""
+    with pytest.raises(ValueError) as info:
+        SamplingOptions(**{option: value})
+    assert option in str(info.value) and accepted in str(info.value)
+    assert code_for(info.value) == ErrorCode.BAD_OPTIONS
+    assert not error_for(code_for(info.value), str(info.value)).retryable
+    # the remote engine checks locally with the same rule (no request is sent)
+    with pytest.raises(ValueError, match=re.escape(accepted)):
+        RemoteVeenaEngine("ws://127.0.0.1:9").check_options(**{option: value})
+
+
+def test_sampling_range_edges_are_accepted():
+    SamplingOptions(top_k=-1, seed=MAX_SEED, repetition_penalty=1e9, temperature=0, top_p=1)
+    SamplingOptions(top_k=MAX_TOP_K, seed=0)
+    assert (MAX_TOP_K, MAX_SEED) == (2**31 - 1, 2**63 - 1)  # as docs/protocol.md says
 
 
 def test_audio_frame_round_trip_and_garbage():

@@ -551,7 +551,15 @@ async def test_fuzz_every_malformed_message_and_request_gets_an_error():
                     await client.send(case)
                     message = await client.recv()
                     assert message.type == "error" and message.code and message.message, case
+                    speak_id = _speak_id(case)
+                    if speak_id is not None:  # a refused speak ends its utterance
+                        assert (message.id, message.ended) == (speak_id, True), case[:200]
                     answered += 1
+                for i, text in enumerate(protocol_fuzz.HOSTILE_TEXTS):  # spoken, or refused
+                    await client.send({"type": "speak", "id": f"h{i}", "text": text, "options": {
+                        "seed": 2**63 - 1, "top_k": -1, "repetition_penalty": 1e9}})  # fmt: skip
+                    _, end = await client.until_end(f"h{i}")
+                    assert end.type == "done" or (end.ended and end.code != "internal"), end
             return answered
 
         async def fuzz_http() -> int:
@@ -571,6 +579,19 @@ async def test_fuzz_every_malformed_message_and_request_gets_an_error():
         async with httpx.AsyncClient(base_url=server.url) as http:
             assert (await http.get("/health")).status_code == 200
         assert server.state.slots.active == 0 and not engine.open
+
+
+def _speak_id(case: str | bytes) -> str | None:
+    """The string id of a fuzz case that is a ``speak`` (its refusal must end that id)."""
+    if isinstance(case, bytes):
+        return None
+    try:
+        data = json.loads(case)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(data, dict) and data.get("type") == "speak" and isinstance(data.get("id"), str):
+        return data["id"]
+    return None
 
 
 async def test_server_sockets_disable_nagle():

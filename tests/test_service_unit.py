@@ -7,6 +7,7 @@ path can be scripted; test_service_real.py runs the same service on the real eng
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import zlib
 from contextlib import aclosing
@@ -346,12 +347,16 @@ async def test_settings_that_cannot_work_are_refused_and_the_previous_kept(tmp_p
             TTSUpdateSettingsFrame(delta=Settings(temperature=5.0)),
             TTSUpdateSettingsFrame(delta=Settings(top_p=3.0)),
             TTSUpdateSettingsFrame(delta=Settings(voice="male", top_k=-5, repetition_penalty=0.0)),
+            TTSUpdateSettingsFrame(delta=Settings(repetition_penalty=math.inf)),
+            TTSUpdateSettingsFrame(delta=Settings(seed=2**64)),
             TTSSpeakFrame("Still speaking."),
         ],
         pipeline_params=PipelineParams(audio_out_sample_rate=16000),
     )
     errors = [f.error for f in up if isinstance(f, ErrorFrame)]
-    assert len(errors) == 3, errors
+    assert len(errors) == 5, errors
+    assert "repetition_penalty must be a finite number > 0" in errors[3]
+    assert "seed must be an int in [0, 9223372036854775807]" in errors[4]
     assert "temperature must be in [0, 2]" in errors[0] and "top_p" in errors[1]
     assert tts.settings.temperature == 0.5 and tts.settings.top_p is None
     assert tts.settings.voice == "female"  # the whole third delta was refused

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from pipecat_veena.grammar import Grammar
+
+#: Largest ``top_k`` (vLLM keeps it as an int32; any k above the vocabulary means all tokens).
+MAX_TOP_K = 2**31 - 1
+#: Largest request ``seed`` (a signed 64-bit integer; each part of a request adds its index,
+#: wrapping past this to 0).
+MAX_SEED = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -37,17 +44,37 @@ class SamplingOptions:
     grammar: Grammar | None = None
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.temperature <= 2.0:
-            raise ValueError(f"temperature must be in [0, 2], got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        # The one check of every sampling value (WebSocket options, the OpenAI route, the
+        # Pipecat and LiveKit settings, the remote engine): a value vLLM would refuse or fail on
+        # later is refused here, naming the accepted range. NaN fails every comparison below.
+        _check_range("temperature", self.temperature, 0.0 <= self.temperature <= 2.0, "in [0, 2]")
+        _check_range("top_p", self.top_p, 0.0 < self.top_p <= 1.0, "in (0, 1]")
+        _check_range(
+            "repetition_penalty",
+            self.repetition_penalty,
+            0.0 < self.repetition_penalty < math.inf,
+            "a finite number > 0 (1 disables)",
+        )
+        _check_range(
+            "top_k",
+            self.top_k,
+            -1 <= self.top_k <= MAX_TOP_K,
+            f"an int in [-1, {MAX_TOP_K}] (0 or -1 disables)",
+        )
+        if self.seed is not None:
+            _check_range(
+                "seed", self.seed, 0 <= self.seed <= MAX_SEED, f"an int in [0, {MAX_SEED}]"
+            )
         if self.max_tokens < 1 or self.min_tokens < 0 or self.min_tokens > self.max_tokens:
             raise ValueError(
                 f"need 0 <= min_tokens <= max_tokens and max_tokens >= 1, "
                 f"got min_tokens={self.min_tokens}, max_tokens={self.max_tokens}"
             )
+
+
+def _check_range(name: str, value: object, ok: bool, accepted: str) -> None:
+    if not ok:
+        raise ValueError(f"{name} must be {accepted}, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -132,13 +132,54 @@ def to_json(message: Any) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 
-def parse_client_message(text: str) -> ClientMessage:
+def parse_client_message(text: str, max_bytes: int | None = None) -> ClientMessage:
     """Parse and type-check one client text frame.
 
+    A refused ``speak`` whose ``id`` is a string names that id and says ``ended``: the server
+    will not run it, so its error is the last message the client gets about it.
+
+    Args:
+        text: the frame.
+        max_bytes: the largest message taken (None: no cap): a larger one is refused with
+            ``message_too_large``.
+
     Raises:
-        ProtocolError: bad JSON, an unknown type, a missing or mistyped field (naming it).
+        ProtocolError: bad JSON, an unknown type, a missing or mistyped field (naming it), a
+            message over ``max_bytes``.
     """
-    data = load_json(text, "the message")
+    too_large = None
+    if max_bytes is not None and (len(text) > max_bytes or len(text.encode()) > max_bytes):
+        too_large = ProtocolError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"a message may have at most {max_bytes} bytes; send long text in several 'append' "
+            "messages",
+        )
+    try:
+        data = load_json(text, "the message")
+    except ProtocolError:
+        if too_large is not None:
+            raise too_large from None
+        raise
+    speak_id = _speak_id(data)
+    try:
+        if too_large is not None:
+            raise too_large
+        return _parse(data)
+    except ProtocolError as e:
+        if speak_id is not None:
+            e.ref, e.ended = speak_id, True
+        raise
+
+
+def _speak_id(data: Any) -> str | None:
+    """The id of a ``speak`` message, when it has a string one (valid or not)."""
+    if isinstance(data, dict) and data.get("type") == "speak" and isinstance(data.get("id"), str):
+        return data["id"]
+    return None
+
+
+def _parse(data: Any) -> ClientMessage:
+    """Type-check one decoded client message (``parse_client_message`` without its framing)."""
     if not isinstance(data, dict):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "a message is a JSON object with a 'type'")
     kind = data.get("type")

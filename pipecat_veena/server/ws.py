@@ -228,14 +228,7 @@ class Connection:
                 await self.outbox.put(to_json(Error(e.code, e.message, e.ref, e.ended)))
 
     def _handle(self, text: str) -> None:
-        limit = self.settings.max_message_bytes
-        if len(text) > limit or len(text.encode()) > limit:
-            raise ProtocolError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"a message may have at most {limit} bytes; send long text in several 'append' "
-                "messages",
-            )
-        msg = parse_client_message(text)
+        msg = parse_client_message(text, self.settings.max_message_bytes)
         if isinstance(msg, Speak):
             self._speak(msg)
             return
