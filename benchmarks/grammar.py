@@ -18,12 +18,12 @@ from types import SimpleNamespace
 import torch
 
 from benchmarks._report import update_section
-from pipecat_veena.checkpoint import detect_layout
 from pipecat_veena.demo import build_demo_checkpoint
-from pipecat_veena.formats import load_format, load_tokenizer
+from pipecat_veena.engine.checkpoint import detect_layout
+from pipecat_veena.engine.formats import load_format, load_tokenizer
+from pipecat_veena.engine.voices import Voice
 from pipecat_veena.generation.vllm_grammar import EXTRA_ARGS_KEY, GrammarLogitsProcessor
 from pipecat_veena.generation.vllm_local import VllmGenerator
-from pipecat_veena.voices import Voice
 
 SPARK_VOCAB = 166_000  # Spark-TTS-0.5B's padded vocabulary: the real per-step mask width
 TEXT = "The meeting starts at ten, in room twelve. Please bring your notes and a pen."

@@ -36,7 +36,7 @@ import ray_local  # noqa: E402
 from benchmarks._load_calls import CallPlan  # noqa: E402
 from benchmarks._report import percentile, update_section  # noqa: E402
 from benchmarks.load import run_level, spawned_server  # noqa: E402
-from pipecat_veena.protocol import STREAM_PATH, parse_server_message  # noqa: E402
+from pipecat_veena.remote.protocol import STREAM_PATH, parse_server_message  # noqa: E402
 
 TEXTS = [
     "Your appointment is confirmed for Monday at ten in the morning.",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
-from pipecat_veena.utterance import AudioChunk
+from pipecat_veena.engine.utterance import AudioChunk
 
 __all__ = ["AudioChunk", "SpeechEngine"]
 

@@ -34,11 +34,11 @@ from livekit.agents import (
 from livekit.agents import __version__ as _LIVEKIT_VERSION
 from loguru import logger
 
+from pipecat_veena.engine.voices import voice_with_levels
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
 from pipecat_veena.interface import AudioChunk, SpeechEngine
 from pipecat_veena.resample import StreamResampler
 from pipecat_veena.text import is_speakable
-from pipecat_veena.voices import voice_with_levels
 
 PROVIDER = "pipecat-veena"
 #: Errors that a retry cannot fix: bad input (unknown voice, bad sampling), a dead engine.

@@ -19,12 +19,12 @@ from pipecat.transcriptions.language import Language
 from pipecat.utils.types import NOT_GIVEN, NotGiven
 
 from pipecat_veena.audio import ProgressiveFramer
+from pipecat_veena.engine.voices import check_level, voice_with_levels
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError, VeenaError
 from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.logs import log_failure
 from pipecat_veena.resample import StreamResampler
 from pipecat_veena.text import is_speakable
-from pipecat_veena.voices import check_level, voice_with_levels
 
 _SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed")
 

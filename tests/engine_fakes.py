@@ -15,8 +15,8 @@ import numpy as np
 from tokenizers_for_tests import spark_tokenizer, spark_tokenizer_json
 
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow
+from pipecat_veena.engine.tokens import BiCodecIds
 from pipecat_veena.generation import SamplingOptions, TokenDelta, TokenGenerator
-from pipecat_veena.tokens import BiCodecIds
 
 TEMPLATE = "<|task_tts|><|start_content|>{speaker}{text}<|end_content|><|start_global_token|>"
 

@@ -16,13 +16,13 @@ import numpy as np
 import websockets
 from websockets.asyncio.client import connect
 
-from pipecat_veena.engine import AudioChunk
+from pipecat_veena.engine.core import AudioChunk
+from pipecat_veena.engine.prompts import Voice
+from pipecat_veena.engine.voices import VoiceBook
 from pipecat_veena.errors import EngineNotRunningError, GenerationError
 from pipecat_veena.generation import SamplingOptions
-from pipecat_veena.prompts import Voice
-from pipecat_veena.protocol import AudioFrame, decode_audio_frame, parse_server_message
+from pipecat_veena.remote.protocol import AudioFrame, decode_audio_frame, parse_server_message
 from pipecat_veena.server import ServerHandle, ServerSettings, create_app
-from pipecat_veena.voices import VoiceBook
 
 RATE = 16000
 #: Bytes of one fake chunk (1600 int16 samples: 0.1 s).

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from pipecat_veena.calibrate import calibrate_lookahead, lookahead_curve, pick_lookahead, seam_snr
 from pipecat_veena.codecs.bicodec import BiCodecCodec, write_random_checkpoint
-from pipecat_veena.streaming import StreamConfig
+from pipecat_veena.engine.calibrate import (
+    calibrate_lookahead,
+    lookahead_curve,
+    pick_lookahead,
+    seam_snr,
+)
+from pipecat_veena.streaming.decoder import StreamConfig
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Demo checkpoints: layout, tokenizers, determinism, loadability, and the LLM grammar through the
 real vLLM CPU engine (greedy and at the engine's default sampling).
 
-Prompts are built with the engine's own prompt formats (``pipecat_veena.prompts``); the checks
+Prompts are built with the engine's own prompt formats (``pipecat_veena.engine.prompts``); the checks
 read raw token ids, so a wrong count or order anywhere fails.
 """
 
@@ -21,11 +21,11 @@ from tokenizers import Tokenizer
 from pipecat_veena.demo import DEMO_KINDS, build_demo_checkpoint
 from pipecat_veena.demo.build import MARKER
 from pipecat_veena.demo.spark import SPEAKERS, spark_grammar
+from pipecat_veena.engine.prompts import SparkPrompts, TextEncoder, VeenaPrompts
+from pipecat_veena.engine.tokens import BiCodecIds, SnacIds, SnacParser
+from pipecat_veena.engine.voices import Voice
 from pipecat_veena.generation.base import SamplingOptions
-from pipecat_veena.grammar import SnacGrammar
-from pipecat_veena.prompts import SparkPrompts, TextEncoder, VeenaPrompts
-from pipecat_veena.tokens import BiCodecIds, SnacIds, SnacParser
-from pipecat_veena.voices import Voice
+from pipecat_veena.generation.grammar import SnacGrammar
 
 TEXTS = {
     "en-short": "Hi there.",
@@ -243,8 +243,8 @@ def _spark_cases(root: Path):
 
 
 def _spark_format(root: Path):
-    from pipecat_veena.checkpoint import detect_layout
-    from pipecat_veena.formats import BiCodecFormat, load_tokenizer
+    from pipecat_veena.engine.checkpoint import detect_layout
+    from pipecat_veena.engine.formats import BiCodecFormat, load_tokenizer
 
     layout = detect_layout(root)
     return BiCodecFormat(layout, load_tokenizer(layout.llm_dir), 32)

@@ -21,7 +21,7 @@ from engine_fakes import (
     well_formed,
 )
 
-from pipecat_veena.engine import EngineConfig, VeenaEngine
+from pipecat_veena.engine.core import EngineConfig, VeenaEngine
 from pipecat_veena.errors import (
     CheckpointError,
     EngineNotRunningError,
@@ -29,7 +29,7 @@ from pipecat_veena.errors import (
     NoAudioError,
     UnknownVoiceError,
 )
-from pipecat_veena.streaming import StreamConfig
+from pipecat_veena.streaming.decoder import StreamConfig
 
 IDS = spark_ids()
 VOICE = list(range(40, 72))

@@ -11,8 +11,8 @@ import random
 import pytest
 from engine_fakes import spark_ids
 
-from pipecat_veena.grammar import BiCodecGrammar, Rule, SnacGrammar, grammar_from_spec
-from pipecat_veena.tokens import BiCodecParser, SnacIds, SnacParser
+from pipecat_veena.engine.tokens import BiCodecParser, SnacIds, SnacParser
+from pipecat_veena.generation.grammar import BiCodecGrammar, Rule, SnacGrammar, grammar_from_spec
 
 VOCAB = 20000
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pipecat_veena.guards import RepetitionGuard
+from pipecat_veena.engine.guards import RepetitionGuard
 
 
 def test_trips_on_a_short_loop():

@@ -20,7 +20,7 @@ import pytest
 from engine_fakes import FakeBiCodec, ScriptedGenerator, make_checkpoint, spark_ids, well_formed
 from livekit.agents import APIConnectOptions, APIError, APITimeoutError
 
-from pipecat_veena.engine import AudioChunk, EngineConfig, VeenaEngine
+from pipecat_veena.engine.core import AudioChunk, EngineConfig, VeenaEngine
 from pipecat_veena.engine_thread import EngineThread
 from pipecat_veena.errors import (
     EngineDeadError,
@@ -30,7 +30,7 @@ from pipecat_veena.errors import (
     UnknownVoiceError,
 )
 from pipecat_veena.livekit import CHUNKED_RETRIES_AFTER_AUDIO, VeenaTTS
-from pipecat_veena.streaming import StreamConfig
+from pipecat_veena.streaming.decoder import StreamConfig
 
 RATE = 16000
 CHUNK = 1600  # samples per fake chunk (0.1 s)

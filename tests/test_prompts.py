@@ -5,10 +5,10 @@ import json
 import pytest
 from tokenizers_for_tests import spark_tokenizer, veena_tokenizer
 
+from pipecat_veena.engine.prompts import SparkPrompts, TextEncoder, VeenaPrompts
+from pipecat_veena.engine.tokens import BiCodecIds, SnacIds
+from pipecat_veena.engine.voices import Voice, spark_voices, veena_voices
 from pipecat_veena.errors import CheckpointError, UnknownVoiceError
-from pipecat_veena.prompts import SparkPrompts, TextEncoder, VeenaPrompts
-from pipecat_veena.tokens import BiCodecIds, SnacIds
-from pipecat_veena.voices import Voice, spark_voices, veena_voices
 
 TEMPLATE = "<|task_tts|><|start_content|>{speaker}{text}<|end_content|><|start_global_token|>"
 INJECTIONS = [

@@ -22,7 +22,8 @@ from pipecat_veena.errors import (
 )
 from pipecat_veena.generation import SamplingOptions
 from pipecat_veena.generation.base import MAX_SEED, MAX_TOP_K
-from pipecat_veena.protocol import (
+from pipecat_veena.remote.engine import RemoteVeenaEngine
+from pipecat_veena.remote.protocol import (
     Append,
     Cancel,
     Done,
@@ -40,7 +41,6 @@ from pipecat_veena.protocol import (
     parse_server_message,
     to_json,
 )
-from pipecat_veena.remote import RemoteVeenaEngine
 from pipecat_veena.server.audio_out import wav_header
 from pipecat_veena.server.settings import ServerSettings, parse_voice_map, read_api_keys
 

@@ -14,7 +14,7 @@ import pytest
 from server_fakes import FakeSpeechEngine, RawClient, pcm_of, serving, until
 from websockets.asyncio.client import connect
 
-from pipecat_veena.protocol import SAMPLE_RATES, ErrorCode
+from pipecat_veena.remote.protocol import SAMPLE_RATES, ErrorCode
 from pipecat_veena.resample import _filter_bank
 from pipecat_veena.server import ServerSettings
 from pipecat_veena.server.speech import SpeechRun

@@ -28,7 +28,7 @@ from server_fakes import (
 )
 
 from pipecat_veena.errors import GenerationError
-from pipecat_veena.protocol import ErrorCode
+from pipecat_veena.remote.protocol import ErrorCode
 from pipecat_veena.server import ServerHandle, ServerSettings, create_app
 
 KEY = "sk-veena-7f3a9c0d2b1e"

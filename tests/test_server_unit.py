@@ -16,7 +16,7 @@ import pytest
 from decoded import decoded_samples
 from server_fakes import CHUNK_BYTES, RATE, FakeSpeechEngine, RawClient, pcm_of, serving, until
 
-from pipecat_veena.protocol import CLOSE_GOING_AWAY, AudioFrame, ErrorCode, GoAway
+from pipecat_veena.remote.protocol import CLOSE_GOING_AWAY, AudioFrame, ErrorCode, GoAway
 from pipecat_veena.server import ServerSettings
 
 

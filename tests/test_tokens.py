@@ -3,8 +3,14 @@
 import pytest
 from tokenizers_for_tests import spark_tokenizer, veena_tokenizer
 
+from pipecat_veena.engine.tokens import (
+    MAX_STRAY_TOKENS,
+    BiCodecIds,
+    BiCodecParser,
+    SnacIds,
+    SnacParser,
+)
 from pipecat_veena.errors import MalformedStreamError, TokenizerError
-from pipecat_veena.tokens import MAX_STRAY_TOKENS, BiCodecIds, BiCodecParser, SnacIds, SnacParser
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from pipecat_veena.grammar import Grammar
+from pipecat_veena.generation.grammar import Grammar
 
 #: Largest ``top_k`` (vLLM keeps it as an int32; any k above the vocabulary means all tokens).
 MAX_TOP_K = 2**31 - 1

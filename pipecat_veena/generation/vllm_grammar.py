@@ -1,4 +1,4 @@
-"""vLLM logits processor that holds each request to its codec grammar (``pipecat_veena.grammar``).
+"""vLLM logits processor that holds each request to its codec grammar (``pipecat_veena.generation.grammar``).
 
 Loaded into vLLM's engine process by name (``VllmGenerator`` passes this class in
 ``logits_processors``); a request opts in with ``SamplingParams.extra_args["veena_grammar"]``
@@ -20,7 +20,7 @@ import torch
 from loguru import logger
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from pipecat_veena.grammar import Grammar, State, grammar_from_spec
+from pipecat_veena.generation.grammar import Grammar, State, grammar_from_spec
 
 #: The ``SamplingParams.extra_args`` key a request puts its grammar spec under.
 EXTRA_ARGS_KEY = "veena_grammar"

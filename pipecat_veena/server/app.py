@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 
 from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.logs import redact_uvicorn_logs
-from pipecat_veena.protocol import STREAM_PATH
+from pipecat_veena.remote.protocol import STREAM_PATH
 from pipecat_veena.server.metrics import CONTENT_TYPE
 from pipecat_veena.server.openai_routes import router as openai_router
 from pipecat_veena.server.playground import add_playground

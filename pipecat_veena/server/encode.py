@@ -18,7 +18,7 @@ import numpy as np
 from loguru import logger
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE
-from pipecat_veena.protocol import SAMPLE_RATES
+from pipecat_veena.remote.protocol import SAMPLE_RATES
 from pipecat_veena.server.audio_out import wav_header
 
 #: Sample rates of MPEG audio (mp3 and aac take these, and nothing in between): the served rates.

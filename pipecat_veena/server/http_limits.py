@@ -33,7 +33,7 @@ import h11
 from loguru import logger
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from pipecat_veena.protocol import ErrorCode, ProtocolError
+from pipecat_veena.remote.protocol import ErrorCode, ProtocolError
 from pipecat_veena.server.openai_routes import error_response
 from pipecat_veena.server.settings import ServerSettings
 

@@ -8,7 +8,7 @@ from collections import Counter
 
 from starlette.requests import HTTPConnection
 
-from pipecat_veena.protocol import ErrorCode, ProtocolError
+from pipecat_veena.remote.protocol import ErrorCode, ProtocolError
 from pipecat_veena.server.settings import ServerSettings
 
 #: The key name of every request when the server has no API keys.

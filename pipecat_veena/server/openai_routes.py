@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from loguru import logger
 from starlette.requests import ClientDisconnect
 
-from pipecat_veena.protocol import (
+from pipecat_veena.remote.protocol import (
     OPTION_TYPES,
     ErrorCode,
     ProtocolError,

@@ -20,7 +20,7 @@ import uvicorn
 from fastapi import FastAPI
 from loguru import logger
 
-from pipecat_veena.protocol import STREAM_PATH
+from pipecat_veena.remote.protocol import STREAM_PATH
 from pipecat_veena.server.http_limits import protocol_for
 from pipecat_veena.server.http_stream import quiet_aborts
 from pipecat_veena.server.state import SpeechServer

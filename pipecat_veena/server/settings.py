@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipecat_veena.protocol import SAMPLE_RATES
+from pipecat_veena.remote.protocol import SAMPLE_RATES
 
 #: OpenAI's 13 built-in voice names (all its clients can send), by how they sound.
 OPENAI_FEMALE = ("alloy", "coral", "marin", "nova", "sage", "shimmer")

@@ -11,8 +11,8 @@ from loguru import logger
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE
 from pipecat_veena.logs import log_failure
-from pipecat_veena.protocol import ErrorCode, ProtocolError, code_for
-from pipecat_veena.protocol.codes import client_message
+from pipecat_veena.remote.protocol import ErrorCode, ProtocolError, code_for
+from pipecat_veena.remote.protocol.codes import client_message
 from pipecat_veena.resample import StreamResampler
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from loguru import logger
 
 from pipecat_veena.errors import UnknownVoiceError
 from pipecat_veena.interface import SpeechEngine
-from pipecat_veena.protocol import SAMPLE_RATES, ErrorCode, ProtocolError
+from pipecat_veena.remote.protocol import SAMPLE_RATES, ErrorCode, ProtocolError
 from pipecat_veena.resample import prepare_banks
 from pipecat_veena.server.limits import StreamSlots
 from pipecat_veena.server.metrics import ServerMetrics

@@ -6,7 +6,7 @@ stops reading makes the outbox fill, generation wait, and after ``slow_client_ti
 connection is dropped and its LLM requests aborted: a slow client holds a bounded amount of
 memory. When the server drains, each connection gets a ``goaway`` and closes (code 1012) as
 soon as its utterances in flight have ended. The messages are defined in
-``pipecat_veena.protocol``.
+``pipecat_veena.remote.protocol``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from fastapi import WebSocket
 from loguru import logger
 
-from pipecat_veena.protocol import (
+from pipecat_veena.remote.protocol import (
     CLOSE_GOING_AWAY,
     Append,
     Cancel,

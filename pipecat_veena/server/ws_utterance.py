@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from pipecat_veena.protocol import (
+from pipecat_veena.remote.protocol import (
     Done,
     Error,
     ErrorCode,

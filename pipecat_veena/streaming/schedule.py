@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pipecat_veena.streaming import StreamConfig
+    from pipecat_veena.streaming.decoder import StreamConfig
 
 
 @dataclass(frozen=True)

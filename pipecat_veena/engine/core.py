@@ -21,17 +21,17 @@ from typing import Any
 
 from loguru import logger
 
-from pipecat_veena.checkpoint import detect_layout
 from pipecat_veena.codecs.base import AudioCodec
-from pipecat_veena.config import EngineConfig
+from pipecat_veena.engine.checkpoint import detect_layout
+from pipecat_veena.engine.config import EngineConfig
+from pipecat_veena.engine.formats import ModelFormat, load_format, load_tokenizer
+from pipecat_veena.engine.utterance import AudioChunk, EngineParts, Utterance
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
-from pipecat_veena.formats import ModelFormat, load_format, load_tokenizer
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.normalize import LANGUAGES, Lexicon
 from pipecat_veena.normalize import normalize as normalize_text
-from pipecat_veena.streaming import StreamConfig
+from pipecat_veena.streaming.decoder import StreamConfig
 from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, split_text
-from pipecat_veena.utterance import AudioChunk, EngineParts, Utterance
 
 __all__ = ["AudioChunk", "EngineConfig", "VeenaEngine", "load_codec"]
 
@@ -95,7 +95,7 @@ class VeenaEngine:
         await asyncio.shield(self._starting)
 
     async def _start(self) -> None:
-        from pipecat_veena.codecs.batching import DecodeBatcher
+        from pipecat_veena.streaming.batching import DecodeBatcher
 
         cfg = self.config
         try:
@@ -151,7 +151,7 @@ class VeenaEngine:
         stream = cfg.stream or StreamConfig.for_codec(self._codec)
         if cfg.calibrate_seams_db is None:
             return stream
-        from pipecat_veena.calibrate import calibrate_lookahead
+        from pipecat_veena.engine.calibrate import calibrate_lookahead
 
         stream = await asyncio.to_thread(
             calibrate_lookahead, self._codec, cfg.calibrate_seams_db, stream

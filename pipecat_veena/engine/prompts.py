@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pipecat_veena.tokens import BiCodecIds, SnacIds
-from pipecat_veena.voices import Voice
+from pipecat_veena.engine.tokens import BiCodecIds, SnacIds
+from pipecat_veena.engine.voices import Voice
 
 _TAG_CANDIDATE = re.compile(r"<\|?[^<>|\s]{1,64}\|?>")
 _SNAC_SPEAKER = re.compile(r"<spk_[^<>]{0,40}>")

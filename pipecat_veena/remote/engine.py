@@ -28,6 +28,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from loguru import logger
 
+from pipecat_veena.engine.prompts import Voice
+from pipecat_veena.engine.utterance import AudioChunk
+from pipecat_veena.engine.voices import VoiceBook
 from pipecat_veena.errors import (
     EngineNotRunningError,
     GenerationError,
@@ -36,9 +39,7 @@ from pipecat_veena.errors import (
     UnknownVoiceError,
 )
 from pipecat_veena.generation import SamplingOptions
-from pipecat_veena.prompts import Voice
-from pipecat_veena.protocol import STREAM_PATH, ErrorCode, Ready, Speak, check_option_types
-from pipecat_veena.remote_link import (
+from pipecat_veena.remote.link import (
     BACKOFF_FIRST_S,
     BACKOFF_MAX_S,
     NOT_SENT,
@@ -47,8 +48,7 @@ from pipecat_veena.remote_link import (
     jittered,
     next_delay,
 )
-from pipecat_veena.utterance import AudioChunk
-from pipecat_veena.voices import VoiceBook
+from pipecat_veena.remote.protocol import STREAM_PATH, ErrorCode, Ready, Speak, check_option_types
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:\-]")
 #: Longest prefix of a caller's request id kept in utterance ids (ids are at most 64 chars).

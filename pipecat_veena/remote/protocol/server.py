@@ -8,7 +8,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipecat_veena.protocol.codes import ErrorCode, ProtocolError
+from pipecat_veena.remote.protocol.codes import ErrorCode, ProtocolError
 
 PROTOCOL_VERSION = 1
 #: WebSocket close code of a server that is going away (draining, stopping): 1012, "service

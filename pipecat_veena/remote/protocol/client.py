@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pipecat_veena.protocol.codes import ErrorCode, ProtocolError
+from pipecat_veena.remote.protocol.codes import ErrorCode, ProtocolError
 
 #: Where the server takes WebSocket connections.
 STREAM_PATH = "/v1/audio/stream"

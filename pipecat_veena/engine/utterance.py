@@ -16,14 +16,14 @@ from loguru import logger
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE, to_pcm_bytes
 from pipecat_veena.codecs.base import AudioCodec
-from pipecat_veena.config import EngineConfig
+from pipecat_veena.engine.config import EngineConfig
+from pipecat_veena.engine.formats import ModelFormat
+from pipecat_veena.engine.guards import RepetitionGuard
+from pipecat_veena.engine.voices import Voice, VoicePrint
 from pipecat_veena.errors import NoAudioError
-from pipecat_veena.formats import ModelFormat
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.generation.base import MAX_SEED
-from pipecat_veena.guards import RepetitionGuard
-from pipecat_veena.streaming import StreamConfig, StreamDecoder, should_hurry
-from pipecat_veena.voices import Voice, VoicePrint
+from pipecat_veena.streaming.decoder import StreamConfig, StreamDecoder, should_hurry
 
 #: A code stream periodic over this many seconds is a loop; periods up to LOOP_PERIOD_S count.
 LOOP_WINDOW_S = 3.0

@@ -13,14 +13,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipecat_veena.checkpoint import CheckpointLayout
+from pipecat_veena.engine.checkpoint import CheckpointLayout
+from pipecat_veena.engine.prompts import SparkPrompts, TextEncoder, VeenaPrompts
+from pipecat_veena.engine.tokens import BiCodecIds, BiCodecParser, SnacIds, SnacParser
+from pipecat_veena.engine.voices import Voice, VoiceBook, VoicePrint, spark_voices, veena_voices
 from pipecat_veena.errors import MalformedStreamError, TokenizerError
 from pipecat_veena.generation import SamplingOptions
-from pipecat_veena.grammar import BiCodecGrammar, Grammar, SnacGrammar
-from pipecat_veena.prompts import SparkPrompts, TextEncoder, VeenaPrompts
+from pipecat_veena.generation.grammar import BiCodecGrammar, Grammar, SnacGrammar
 from pipecat_veena.text import max_speech_seconds
-from pipecat_veena.tokens import BiCodecIds, BiCodecParser, SnacIds, SnacParser
-from pipecat_veena.voices import Voice, VoiceBook, VoicePrint, spark_voices, veena_voices
 
 #: Tokens the model may spend on markers and style tokens around the globals (acoustic block,
 #: start/end markers) before the first semantic token.

@@ -19,7 +19,7 @@ import numpy as np
 from loguru import logger
 
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow
-from pipecat_veena.schedule import StreamScheduler, Window, should_hurry
+from pipecat_veena.streaming.schedule import StreamScheduler, Window, should_hurry
 
 __all__ = [
     "DecodeJob",

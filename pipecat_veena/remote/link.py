@@ -22,7 +22,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from pipecat_veena.errors import RemoteError, ServerUnavailableError
-from pipecat_veena.protocol import (
+from pipecat_veena.remote.protocol import (
     CLOSE_GOING_AWAY,
     PROTOCOL_VERSION,
     AudioFrame,

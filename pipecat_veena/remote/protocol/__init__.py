@@ -7,7 +7,7 @@ forward-compatibly: unknown fields and types are ignored); ``codes`` holds the e
 docs/protocol.md describes it for client writers.
 """
 
-from pipecat_veena.protocol.client import (
+from pipecat_veena.remote.protocol.client import (
     MAX_ID_LENGTH,
     OPTION_TYPES,
     SAMPLE_RATES,
@@ -25,7 +25,7 @@ from pipecat_veena.protocol.client import (
     parse_client_message,
     to_json,
 )
-from pipecat_veena.protocol.codes import (
+from pipecat_veena.remote.protocol.codes import (
     RETRYABLE,
     ErrorCode,
     ProtocolError,
@@ -33,7 +33,7 @@ from pipecat_veena.protocol.codes import (
     code_for,
     error_for,
 )
-from pipecat_veena.protocol.server import (
+from pipecat_veena.remote.protocol.server import (
     AUDIO_FRAME,
     CLOSE_GOING_AWAY,
     PROTOCOL_VERSION,

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from pipecat_veena.engine.voices import LEVELS
 from pipecat_veena.errors import MalformedStreamError, TokenizerError
-from pipecat_veena.voices import LEVELS
 
 #: Look up a token string's id (None when absent).
 Lookup = Callable[[str], int | None]
