@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-from pipecat_veena.remote.engine import RemoteVeenaEngine
+from pipecat_veena.remote import RemoteVeenaEngine
 
 #: What a phone agent says: Hindi, English and both, with numbers and codes the normaliser reads.
 SENTENCES = (

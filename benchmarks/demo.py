@@ -27,7 +27,7 @@ import test_demo as grammar  # noqa: E402
 from benchmarks._report import update_section  # noqa: E402
 from pipecat_veena.demo import DEMO_KINDS, build_demo_checkpoint  # noqa: E402
 from pipecat_veena.demo.spark import SEMANTICS_PER_TOKEN  # noqa: E402
-from pipecat_veena.engine.voices import Voice  # noqa: E402
+from pipecat_veena.engine import Voice  # noqa: E402
 from pipecat_veena.generation.base import SamplingOptions  # noqa: E402
 from pipecat_veena.generation.vllm_local import VllmGenerator  # noqa: E402
 

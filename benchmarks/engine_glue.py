@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from engine_fakes import FakeBiCodec, ScriptedGenerator, make_checkpoint, spark_ids  # noqa: E402
 
 from benchmarks._report import update_section  # noqa: E402
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine  # noqa: E402
+from pipecat_veena.engine import EngineConfig, VeenaEngine  # noqa: E402
 from pipecat_veena.streaming.decoder import _DEFAULTS, StreamConfig  # noqa: E402
 
 IDS = spark_ids()

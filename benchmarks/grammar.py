@@ -19,9 +19,8 @@ import torch
 
 from benchmarks._report import update_section
 from pipecat_veena.demo import build_demo_checkpoint
-from pipecat_veena.engine.checkpoint import detect_layout
+from pipecat_veena.engine import Voice, detect_layout
 from pipecat_veena.engine.formats import load_format, load_tokenizer
-from pipecat_veena.engine.voices import Voice
 from pipecat_veena.generation.vllm_grammar import EXTRA_ARGS_KEY, GrammarLogitsProcessor
 from pipecat_veena.generation.vllm_local import VllmGenerator
 

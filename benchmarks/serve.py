@@ -41,11 +41,14 @@ from recording import ForwardingGenerator  # noqa: E402
 
 from benchmarks._report import percentile, update_section  # noqa: E402
 from pipecat_veena.demo import build_demo_checkpoint  # noqa: E402
-from pipecat_veena.engine.checkpoint import detect_layout  # noqa: E402
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine  # noqa: E402
+from pipecat_veena.engine import (  # noqa: E402
+    EngineConfig,
+    VeenaEngine,
+    detect_layout,  # noqa: E402
+)
 from pipecat_veena.generation import TokenGenerator  # noqa: E402
 from pipecat_veena.generation.vllm_local import VllmGenerator  # noqa: E402
-from pipecat_veena.remote.engine import RemoteVeenaEngine  # noqa: E402
+from pipecat_veena.remote import RemoteVeenaEngine  # noqa: E402
 from pipecat_veena.remote.protocol import decode_audio_frame, parse_server_message  # noqa: E402
 from pipecat_veena.server import ServerHandle, create_app  # noqa: E402
 

@@ -24,7 +24,7 @@ from loguru import logger
 
 from benchmarks._report import percentile, update_section
 from pipecat_veena.demo import build_demo_checkpoint
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.wav_sink import say_to_wav
 
 TEXTS = [

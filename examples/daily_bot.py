@@ -26,7 +26,7 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.workers.runner import WorkerRunner
 
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.service import VeenaTTSService
 
@@ -49,7 +49,7 @@ def make_engine() -> SpeechEngine:
     """A speech server's engine (VEENA_SERVER_URL, VEENA_API_KEY) or one in this process."""
     url = os.environ.get("VEENA_SERVER_URL")
     if url:
-        from pipecat_veena.remote.engine import RemoteVeenaEngine
+        from pipecat_veena.remote import RemoteVeenaEngine
 
         return RemoteVeenaEngine(url, api_key=os.environ.get("VEENA_API_KEY"))
     model = os.environ.get("VEENA_MODEL")

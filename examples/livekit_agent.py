@@ -29,7 +29,7 @@ from pathlib import Path
 from livekit.agents import Agent, AgentServer, AgentSession, JobContext, JobExecutorType, cli
 from loguru import logger
 
-from pipecat_veena.engine.core import EngineConfig
+from pipecat_veena.engine import EngineConfig
 from pipecat_veena.engine_thread import EngineThread
 from pipecat_veena.livekit import VeenaTTS
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.wav_sink import say_to_wav
 
 TEXTS = [

@@ -44,7 +44,7 @@ from pipecat.processors.frameworks.rtvi.frames import RTVISendTextFrame
 from pipecat.transports.base_transport import TransportParams
 from pipecat.workers.runner import WorkerRunner
 
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.service import VeenaTTSService
 
 try:

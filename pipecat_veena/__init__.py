@@ -10,13 +10,13 @@ from typing import Any
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "AudioChunk": "pipecat_veena.engine.core",
-    "EngineConfig": "pipecat_veena.engine.core",
-    "VeenaEngine": "pipecat_veena.engine.core",
-    "StreamConfig": "pipecat_veena.streaming.decoder",
-    "StreamDecoder": "pipecat_veena.streaming.decoder",
+    "AudioChunk": "pipecat_veena.interface",
+    "EngineConfig": "pipecat_veena.engine",
+    "VeenaEngine": "pipecat_veena.engine",
+    "StreamConfig": "pipecat_veena.streaming",
+    "StreamDecoder": "pipecat_veena.streaming",
     "VeenaTTSService": "pipecat_veena.service",
-    "RemoteVeenaEngine": "pipecat_veena.remote.engine",
+    "RemoteVeenaEngine": "pipecat_veena.remote",
     "SpeechEngine": "pipecat_veena.interface",
     "build_demo_checkpoint": "pipecat_veena.demo",
 }

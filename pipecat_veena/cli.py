@@ -34,7 +34,7 @@ def _build_demo(args: argparse.Namespace) -> int:
 
 
 async def _say_async(args: argparse.Namespace, checkpoint: Path) -> int:
-    from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+    from pipecat_veena.engine import EngineConfig, VeenaEngine
     from pipecat_veena.wav_sink import say_to_wav
 
     quiet = {} if args.verbose else {"engine_kwargs": {"use_tqdm_on_load": False}}
@@ -94,8 +94,7 @@ def _say(args: argparse.Namespace) -> int:
 
 def _check_voice(checkpoint: Path, voice: str | None) -> None:
     """Raise CheckpointError / UnknownVoiceError now rather than after loading the engine."""
-    from pipecat_veena.engine.checkpoint import detect_layout
-    from pipecat_veena.engine.voices import spark_voices, veena_voices
+    from pipecat_veena.engine import detect_layout, spark_voices, veena_voices
 
     layout = detect_layout(checkpoint)
     if layout.family == "bicodec":
@@ -141,7 +140,7 @@ def _server_settings(args: argparse.Namespace) -> object:
 
 async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: object) -> int:
     from pipecat_veena.demo import is_demo_checkpoint
-    from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+    from pipecat_veena.engine import EngineConfig, VeenaEngine
     from pipecat_veena.server import ServerHandle, create_app
     from pipecat_veena.server.runner import serve_until_signalled
 
@@ -175,7 +174,7 @@ async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: obj
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from pipecat_veena.engine.checkpoint import detect_layout
+    from pipecat_veena.engine import detect_layout
 
     settings = _server_settings(args)  # a bad key file or voice map: one line, exit 2
     checkpoint = _demo_or(args.model)
@@ -189,9 +188,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from pipecat_veena.engine.calibrate import lookahead_curve, pick_lookahead
-    from pipecat_veena.engine.checkpoint import detect_layout
-    from pipecat_veena.engine.core import EngineConfig, load_codec
+    from pipecat_veena.engine import (
+        EngineConfig,
+        detect_layout,
+        load_codec,
+        lookahead_curve,
+        pick_lookahead,
+    )
     from pipecat_veena.streaming.decoder import StreamConfig
 
     if args.model is None:

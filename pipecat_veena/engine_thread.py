@@ -17,7 +17,7 @@ from typing import Any
 
 from loguru import logger
 
-from pipecat_veena.engine.core import AudioChunk, EngineConfig, VeenaEngine
+from pipecat_veena.engine import AudioChunk, EngineConfig, VeenaEngine
 from pipecat_veena.errors import EngineNotRunningError
 from pipecat_veena.generation.vllm_local import check_spawn_safe, install_exit_hooks
 from pipecat_veena.tasks import cancel_and_wait

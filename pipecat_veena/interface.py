@@ -8,11 +8,42 @@ serve`` server over a WebSocket). Adapters type against this Protocol, never a c
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from pipecat_veena.engine.utterance import AudioChunk
+from pipecat_veena.audio import BYTES_PER_SAMPLE
 
 __all__ = ["AudioChunk", "SpeechEngine"]
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """A piece of one utterance's audio.
+
+    Attributes:
+        pcm: mono little-endian int16 samples.
+        sample_rate: their rate (the codec's: 16 kHz BiCodec, 24 kHz SNAC).
+        tokens: LLM tokens generated in the request up to this chunk.
+        prompt_tokens: prompt tokens of the request's LLM calls up to this chunk.
+        cut: why the utterance was cut short, on the chunks decoded after it was: "loop_guard"
+            (the model repeated itself) or "token_cap" (a part hit its cap on tokens); None.
+    """
+
+    pcm: bytes
+    sample_rate: int
+    tokens: int
+    prompt_tokens: int = 0
+    cut: str | None = None
+
+    @property
+    def num_samples(self) -> int:
+        """Samples in the chunk."""
+        return len(self.pcm) // BYTES_PER_SAMPLE
+
+    @property
+    def duration(self) -> float:
+        """Seconds of audio in the chunk."""
+        return self.num_samples / self.sample_rate
 
 
 @runtime_checkable

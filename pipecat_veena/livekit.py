@@ -34,7 +34,7 @@ from livekit.agents import (
 from livekit.agents import __version__ as _LIVEKIT_VERSION
 from loguru import logger
 
-from pipecat_veena.engine.voices import voice_with_levels
+from pipecat_veena.engine import voice_with_levels
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
 from pipecat_veena.interface import AudioChunk, SpeechEngine
 from pipecat_veena.resample import StreamResampler

@@ -19,7 +19,7 @@ from pipecat.transcriptions.language import Language
 from pipecat.utils.types import NOT_GIVEN, NotGiven
 
 from pipecat_veena.audio import ProgressiveFramer
-from pipecat_veena.engine.voices import check_level, voice_with_levels
+from pipecat_veena.engine import check_level, voice_with_levels
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError, VeenaError
 from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.logs import log_failure

@@ -16,9 +16,7 @@ import numpy as np
 import websockets
 from websockets.asyncio.client import connect
 
-from pipecat_veena.engine.core import AudioChunk
-from pipecat_veena.engine.prompts import Voice
-from pipecat_veena.engine.voices import VoiceBook
+from pipecat_veena.engine import AudioChunk, Voice, VoiceBook
 from pipecat_veena.errors import EngineNotRunningError, GenerationError
 from pipecat_veena.generation import SamplingOptions
 from pipecat_veena.remote.protocol import AudioFrame, decode_audio_frame, parse_server_message

@@ -26,7 +26,7 @@ from browser import ARTIFACTS, console_errors, open_page, save_artifact
 from recording import RecordingGenerator
 from server_fakes import RATE, FakeSpeechEngine, RawClient, serving
 
-from pipecat_veena.engine.core import AudioChunk, EngineConfig, VeenaEngine
+from pipecat_veena.engine import AudioChunk, EngineConfig, VeenaEngine
 from pipecat_veena.server import ServerHandle, ServerSettings, create_app
 
 pytestmark = pytest.mark.browser

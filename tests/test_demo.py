@@ -1,8 +1,8 @@
 """Demo checkpoints: layout, tokenizers, determinism, loadability, and the LLM grammar through the
 real vLLM CPU engine (greedy and at the engine's default sampling).
 
-Prompts are built with the engine's own prompt formats (``pipecat_veena.engine.prompts``); the checks
-read raw token ids, so a wrong count or order anywhere fails.
+Prompts are built with the engine's own prompt formats (``pipecat_veena.engine.prompts``); the
+checks read raw token ids, so a wrong count or order anywhere fails.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from tokenizers import Tokenizer
 from pipecat_veena.demo import DEMO_KINDS, build_demo_checkpoint
 from pipecat_veena.demo.build import MARKER
 from pipecat_veena.demo.spark import SPEAKERS, spark_grammar
+from pipecat_veena.engine import Voice
 from pipecat_veena.engine.prompts import SparkPrompts, TextEncoder, VeenaPrompts
 from pipecat_veena.engine.tokens import BiCodecIds, SnacIds, SnacParser
-from pipecat_veena.engine.voices import Voice
 from pipecat_veena.generation.base import SamplingOptions
 from pipecat_veena.generation.grammar import SnacGrammar
 
@@ -243,7 +243,7 @@ def _spark_cases(root: Path):
 
 
 def _spark_format(root: Path):
-    from pipecat_veena.engine.checkpoint import detect_layout
+    from pipecat_veena.engine import detect_layout
     from pipecat_veena.engine.formats import BiCodecFormat, load_tokenizer
 
     layout = detect_layout(root)

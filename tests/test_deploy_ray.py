@@ -33,7 +33,7 @@ from ray_local import (
 from server_fakes import RawClient, pcm_of
 
 from pipecat_veena.errors import RemoteError
-from pipecat_veena.remote.engine import RemoteVeenaEngine
+from pipecat_veena.remote import RemoteVeenaEngine
 from pipecat_veena.remote.protocol import STREAM_PATH, ErrorCode
 
 pytest.importorskip("ray.serve")

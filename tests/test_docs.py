@@ -7,8 +7,7 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
-from pipecat_veena.engine.config import EngineConfig
-from pipecat_veena.engine.voices import spark_voices
+from pipecat_veena.engine import EngineConfig, spark_voices
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 

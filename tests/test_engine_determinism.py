@@ -12,7 +12,7 @@ import pytest_asyncio
 from recording import RecordingGenerator
 
 from pipecat_veena.audio import snr_db
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.generation.base import MAX_SEED, MAX_TOP_K
 
 pytestmark = pytest.mark.vllm

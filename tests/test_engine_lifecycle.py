@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from engine_fakes import FakeBiCodec, ScriptedGenerator, make_checkpoint, spark_ids, well_formed
 
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.engine_thread import EngineThread
 from pipecat_veena.errors import EngineNotRunningError, MalformedStreamError
 from pipecat_veena.streaming.decoder import StreamConfig
@@ -62,7 +62,9 @@ def _config(tmp_path, **kwargs) -> EngineConfig:
 
 async def test_concurrent_starts_start_once(tmp_path, monkeypatch):
     _CountingCodec.loads = 0
-    monkeypatch.setattr("pipecat_veena.engine.core.load_codec", lambda layout, cfg: _CountingCodec())
+    monkeypatch.setattr(
+        "pipecat_veena.engine.core.load_codec", lambda layout, cfg: _CountingCodec()
+    )
     generator = _CountingGenerator(well_formed(IDS, voice_globals=VOICE, semantics=8))
     engine = VeenaEngine(_config(tmp_path), generator=generator)
     await asyncio.gather(*(engine.start() for _ in range(5)))

@@ -17,7 +17,7 @@ import pytest_asyncio
 from recording import RecordingGenerator
 
 from pipecat_veena.audio import snr_db
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.errors import MalformedStreamError, NoAudioError
 
 pytestmark = pytest.mark.vllm

@@ -21,7 +21,7 @@ from engine_fakes import (
     well_formed,
 )
 
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.errors import (
     CheckpointError,
     EngineNotRunningError,

@@ -88,7 +88,7 @@ async def test_twilio_bot_answers_each_spoken_turn():
 
 @pytest.mark.parametrize("name", ["twilio_bot", "daily_bot"])
 def test_bots_take_a_speech_server_url(name, monkeypatch):
-    from pipecat_veena.remote.engine import RemoteVeenaEngine
+    from pipecat_veena.remote import RemoteVeenaEngine
 
     monkeypatch.setenv("VEENA_SERVER_URL", "http://tts-host:8000")
     monkeypatch.setenv("VEENA_API_KEY", "k")

@@ -35,7 +35,7 @@ if __name__ == "__main__":
 THREAD_SCRIPT = """
 import asyncio, sys, time
 from pathlib import Path
-from pipecat_veena.engine.config import EngineConfig
+from pipecat_veena.engine import EngineConfig
 from pipecat_veena.engine_thread import EngineThread
 from pipecat_veena.errors import EngineNotRunningError
 

@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 from recording import RecordingGenerator
 
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.livekit import VeenaTTS
 
 pytestmark = pytest.mark.vllm

@@ -20,7 +20,7 @@ import pytest
 from engine_fakes import FakeBiCodec, ScriptedGenerator, make_checkpoint, spark_ids, well_formed
 from livekit.agents import APIConnectOptions, APIError, APITimeoutError
 
-from pipecat_veena.engine.core import AudioChunk, EngineConfig, VeenaEngine
+from pipecat_veena.engine import AudioChunk, EngineConfig, VeenaEngine
 from pipecat_veena.engine_thread import EngineThread
 from pipecat_veena.errors import (
     EngineDeadError,

@@ -16,7 +16,7 @@ from pipecat.tests.utils import run_test
 from recording import RecordingGenerator
 
 import pipecat_veena.engine.core as engine_module
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.engine.formats import load_tokenizer
 from pipecat_veena.normalize import normalize
 from pipecat_veena.service import VeenaTTSService

@@ -5,9 +5,9 @@ import json
 import pytest
 from tokenizers_for_tests import spark_tokenizer, veena_tokenizer
 
+from pipecat_veena.engine import Voice, spark_voices, veena_voices
 from pipecat_veena.engine.prompts import SparkPrompts, TextEncoder, VeenaPrompts
 from pipecat_veena.engine.tokens import BiCodecIds, SnacIds
-from pipecat_veena.engine.voices import Voice, spark_voices, veena_voices
 from pipecat_veena.errors import CheckpointError, UnknownVoiceError
 
 TEMPLATE = "<|task_tts|><|start_content|>{speaker}{text}<|end_content|><|start_global_token|>"

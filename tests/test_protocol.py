@@ -22,7 +22,7 @@ from pipecat_veena.errors import (
 )
 from pipecat_veena.generation import SamplingOptions
 from pipecat_veena.generation.base import MAX_SEED, MAX_TOP_K
-from pipecat_veena.remote.engine import RemoteVeenaEngine
+from pipecat_veena.remote import RemoteVeenaEngine
 from pipecat_veena.remote.protocol import (
     Append,
     Cancel,

@@ -24,7 +24,7 @@ from pipecat_veena.errors import (
     UnknownVoiceError,
 )
 from pipecat_veena.interface import SpeechEngine
-from pipecat_veena.remote.engine import RemoteVeenaEngine, stream_url
+from pipecat_veena.remote import RemoteVeenaEngine, stream_url
 from pipecat_veena.remote.link import jittered
 from pipecat_veena.remote.protocol import encode_audio_frame
 from pipecat_veena.server import ServerHandle, ServerSettings, create_app

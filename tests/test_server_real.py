@@ -40,9 +40,9 @@ from recording import RecordingGenerator
 from server_fakes import ROOT, RawClient, cut_off_body, pcm_of, send_invalid_utf8
 from servers import assert_ended, kill_leftovers
 
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.errors import GenerationError
-from pipecat_veena.remote.engine import RemoteVeenaEngine
+from pipecat_veena.remote import RemoteVeenaEngine
 from pipecat_veena.remote.protocol import CLOSE_GOING_AWAY, AudioFrame, ErrorCode, GoAway
 from pipecat_veena.server import ServerHandle, create_app
 from pipecat_veena.service import VeenaTTSService

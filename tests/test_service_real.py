@@ -40,7 +40,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 from recording import RecordingGenerator
 
 from pipecat_veena.audio import read_wav
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.errors import GenerationError
 from pipecat_veena.normalize import normalize
 from pipecat_veena.service import VeenaTTSService

@@ -20,7 +20,7 @@ import websockets
 from recording import RecordingGenerator
 from servers import serve_app
 
-from pipecat_veena.engine.core import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig, VeenaEngine
 
 pytestmark = pytest.mark.vllm
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

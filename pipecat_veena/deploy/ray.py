@@ -121,7 +121,7 @@ class SpeechReplica:
     async def __serve_build_asgi_app__(self) -> FastAPI:
         """Build this replica's engine and app (Serve runs the app's lifespan next)."""
         from pipecat_veena.demo import is_demo_checkpoint
-        from pipecat_veena.engine.core import VeenaEngine
+        from pipecat_veena.engine import VeenaEngine
         from pipecat_veena.server.app import create_app
 
         name = serve.get_replica_context().replica_tag

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipecat_veena.engine.config import EngineConfig
+from pipecat_veena.engine import EngineConfig
 from pipecat_veena.server.settings import (
     ServerSettings,
     parse_voice_map,
@@ -84,7 +84,7 @@ class ReplicaArgs(BaseModel):
         Raises:
             CheckpointError: the checkpoint is missing or not a known layout.
         """
-        from pipecat_veena.engine.checkpoint import detect_layout
+        from pipecat_veena.engine import detect_layout
 
         if self.model is None:
             from pipecat_veena.demo import build_demo_checkpoint

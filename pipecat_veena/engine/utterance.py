@@ -14,7 +14,7 @@ from typing import Any
 
 from loguru import logger
 
-from pipecat_veena.audio import BYTES_PER_SAMPLE, to_pcm_bytes
+from pipecat_veena.audio import to_pcm_bytes
 from pipecat_veena.codecs.base import AudioCodec
 from pipecat_veena.engine.config import EngineConfig
 from pipecat_veena.engine.formats import ModelFormat
@@ -23,41 +23,12 @@ from pipecat_veena.engine.voices import Voice, VoicePrint
 from pipecat_veena.errors import NoAudioError
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.generation.base import MAX_SEED
+from pipecat_veena.interface import AudioChunk
 from pipecat_veena.streaming.decoder import StreamConfig, StreamDecoder, should_hurry
 
 #: A code stream periodic over this many seconds is a loop; periods up to LOOP_PERIOD_S count.
 LOOP_WINDOW_S = 3.0
 LOOP_PERIOD_S = 0.5
-
-
-@dataclass(frozen=True)
-class AudioChunk:
-    """A piece of one utterance's audio.
-
-    Attributes:
-        pcm: mono little-endian int16 samples.
-        sample_rate: their rate (the codec's: 16 kHz BiCodec, 24 kHz SNAC).
-        tokens: LLM tokens generated in the request up to this chunk.
-        prompt_tokens: prompt tokens of the request's LLM calls up to this chunk.
-        cut: why the utterance was cut short, on the chunks decoded after it was: "loop_guard"
-            (the model repeated itself) or "token_cap" (a part hit its cap on tokens); None.
-    """
-
-    pcm: bytes
-    sample_rate: int
-    tokens: int
-    prompt_tokens: int = 0
-    cut: str | None = None
-
-    @property
-    def num_samples(self) -> int:
-        """Samples in the chunk."""
-        return len(self.pcm) // BYTES_PER_SAMPLE
-
-    @property
-    def duration(self) -> float:
-        """Seconds of audio in the chunk."""
-        return self.num_samples / self.sample_rate
 
 
 @dataclass

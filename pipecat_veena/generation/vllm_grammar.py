@@ -1,4 +1,4 @@
-"""vLLM logits processor that holds each request to its codec grammar (``pipecat_veena.generation.grammar``).
+"""vLLM logits processor that holds each request to its codec grammar (``generation.grammar``).
 
 Loaded into vLLM's engine process by name (``VllmGenerator`` passes this class in
 ``logits_processors``); a request opts in with ``SamplingParams.extra_args["veena_grammar"]``

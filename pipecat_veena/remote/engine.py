@@ -28,9 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from loguru import logger
 
-from pipecat_veena.engine.prompts import Voice
-from pipecat_veena.engine.utterance import AudioChunk
-from pipecat_veena.engine.voices import VoiceBook
+from pipecat_veena.engine import Voice, VoiceBook
 from pipecat_veena.errors import (
     EngineNotRunningError,
     GenerationError,
@@ -39,6 +37,7 @@ from pipecat_veena.errors import (
     UnknownVoiceError,
 )
 from pipecat_veena.generation import SamplingOptions
+from pipecat_veena.interface import AudioChunk
 from pipecat_veena.remote.link import (
     BACKOFF_FIRST_S,
     BACKOFF_MAX_S,

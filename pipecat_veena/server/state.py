@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from loguru import logger
 
@@ -20,8 +20,11 @@ from pipecat_veena.server.settings import OPENAI_FEMALE, OPENAI_VOICES, ServerSe
 from pipecat_veena.tasks import cancel_and_wait
 from pipecat_veena.text import is_speakable
 
-if TYPE_CHECKING:
-    from pipecat_veena.server.speech import SpeechRun
+
+class Cancellable(Protocol):
+    """What the server needs of a running utterance (``speech.SpeechRun``): a way to stop it."""
+
+    cancel: Callable[[str], None]
 
 #: What clients and probes are told about a failed start (the log and the CLI say why: the
 #: exception's text has paths and backend internals).
@@ -64,7 +67,7 @@ class SpeechServer:
         self.voice_levels = False
         self.tag = uuid.uuid4().hex[:6]
         self._ids = itertools.count(1)
-        self._runs: set[SpeechRun] = set()
+        self._runs: set[Cancellable] = set()
         self._drain_watchers: set[Callable[[], None]] = set()
         self._no_watchers = asyncio.Event()
         self._no_watchers.set()
@@ -266,10 +269,10 @@ class SpeechServer:
         """A request id unique to this server (the engine's requests start with it)."""
         return f"{api}-{self.tag}-{next(self._ids)}"
 
-    def register(self, run: SpeechRun) -> None:
+    def register(self, run: Cancellable) -> None:
         """Track an accepted utterance (so a drain can cancel it)."""
         self._runs.add(run)
 
-    def unregister(self, run: SpeechRun) -> None:
+    def unregister(self, run: Cancellable) -> None:
         """Forget a finished utterance."""
         self._runs.discard(run)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pipecat_veena.remote.protocol import (
     Done,
@@ -15,11 +15,23 @@ from pipecat_veena.remote.protocol import (
     encode_audio_frame,
     to_json,
 )
+from pipecat_veena.server.outbox import Outbox
+from pipecat_veena.server.settings import ServerSettings
 from pipecat_veena.server.speech import SpeechRun
+from pipecat_veena.server.state import SpeechServer
 from pipecat_veena.text import complete_sentences
 
-if TYPE_CHECKING:
-    from pipecat_veena.server.ws import Connection
+
+class Connection(Protocol):
+    """What an utterance needs of its connection (``ws.Connection``)."""
+
+    server: SpeechServer
+    settings: ServerSettings
+    key: str
+    client: str | None
+    outbox: Outbox
+    utterances: dict[str, WsUtterance]
+    last_activity: float
 
 
 class WsUtterance:

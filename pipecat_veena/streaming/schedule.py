@@ -1,7 +1,8 @@
 """The window scheduler of sliding-window streaming: plain integer logic, no arrays.
 
+The one owner of the schedule's numbers (``StreamConfig`` and the measured defaults per codec).
 Which frames to decode next and which to keep, from frame counts alone; and when to hurry a
-chunk so that a listener never runs out of audio. ``streaming.StreamDecoder`` runs it on codes.
+chunk so that a listener never runs out of audio. ``decoder.StreamDecoder`` runs it on codes.
 """
 
 from __future__ import annotations
@@ -10,7 +11,70 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pipecat_veena.streaming.decoder import StreamConfig
+    from pipecat_veena.codecs.base import AudioCodec
+
+
+# Measured defaults per codec class (benchmarks/streaming.py, BENCHMARKS.md "streaming"), keyed by
+# class name so that this module never imports torch. BiCodec (real config, random weights):
+# 4 + 16 = 20 semantic tokens to first audio, seams at 88-94 dB with the reference init, 52 dB
+# with the more strongly coupled weights of write_random_checkpoint (R=24: 95 dB): retune R on
+# trained weights. SNAC: 1 + 2 frames = 21 tokens to first audio, 98 dB (94 dB with noise).
+# Growth x2 pays L + R rarely (BiCodec work 1.19 on 60 s) but needs an LLM at >= 2x real time
+# for gapless playback (the needed speed equals the growth). L defaults to the receptive field.
+_DEFAULTS = {
+    "BiCodecCodec": dict(first_frames=4, lookahead_frames=16, growth=2.0, max_chunk_frames=1024),
+    "SnacCodec": dict(first_frames=1, lookahead_frames=2, growth=2.0, max_chunk_frames=128),
+}
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """How a stream is cut into decode windows.
+
+    Parameters:
+        first_frames: frames emitted by the first chunk (F); first audio needs F + R frames.
+        lookahead_frames: right context R decoded past each chunk and thrown away.
+        growth: each later chunk targets ``growth`` times the previous target (>= 1).
+        max_chunk_frames: cap on the frames emitted by one chunk.
+        left_context_frames: left context L; None takes the codec's ``context_frames``.
+        crossfade_samples: linear crossfade at each seam, taken from the lookahead of the
+            previous chunk, whose own right context it shortens (0 when the seam is exact, the
+            default).
+    """
+
+    first_frames: int = 4
+    lookahead_frames: int = 16
+    growth: float = 2.0
+    max_chunk_frames: int = 1024
+    left_context_frames: int | None = None
+    crossfade_samples: int = 0
+
+    def __post_init__(self) -> None:
+        if self.first_frames < 1 or self.max_chunk_frames < self.first_frames:
+            raise ValueError(
+                f"need 1 <= first_frames <= max_chunk_frames, got first_frames="
+                f"{self.first_frames}, max_chunk_frames={self.max_chunk_frames}"
+            )
+        if self.lookahead_frames < 0 or (self.left_context_frames or 0) < 0:
+            raise ValueError("lookahead_frames and left_context_frames must be >= 0")
+        if self.growth < 1.0:
+            raise ValueError(f"growth must be >= 1 (1 keeps chunks constant), got {self.growth}")
+        if self.crossfade_samples < 0:
+            raise ValueError(f"crossfade_samples must be >= 0, got {self.crossfade_samples}")
+
+    @classmethod
+    def for_codec(cls, codec: AudioCodec) -> StreamConfig:
+        """The measured default config for ``codec`` (generic defaults for other codecs)."""
+        for klass in type(codec).__mro__:
+            if klass.__name__ in _DEFAULTS:
+                return cls(**_DEFAULTS[klass.__name__])
+        return cls(first_frames=1, lookahead_frames=codec.context_frames)
+
+    def left_context(self, codec: AudioCodec) -> int:
+        """The left context L in frames for ``codec``."""
+        if self.left_context_frames is None:
+            return codec.context_frames
+        return self.left_context_frames
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,47 @@
+"""The in-process engine: text in, streamed audio out, over vLLM and a codec in this process.
+
+This module is the engine's public face: code outside ``engine/`` imports from here, never
+from the modules inside. Names are imported on first use, so that a client that only needs the
+voice vocabulary (``RemoteVeenaEngine``) does not load the engine, the codecs or the normaliser.
+
+Inside: ``core`` (``VeenaEngine``), ``utterance`` (one request: parts, generation, decode),
+``config`` (``EngineConfig``), ``formats`` (the Spark/Veena3 and Veena/Orpheus layouts),
+``prompts``, ``voices``, ``tokens`` (id ranges checked at load), ``guards`` (loops, caps),
+``checkpoint`` (layout detection), ``calibrate`` (seam lookahead on loaded weights).
+"""
+
+from importlib import import_module
+from typing import Any
+
+_PUBLIC = {
+    "VeenaEngine": "core",
+    "load_codec": "core",
+    "EngineConfig": "config",
+    "AudioChunk": "pipecat_veena.interface",
+    "CheckpointLayout": "checkpoint",
+    "detect_layout": "checkpoint",
+    "ModelFormat": "formats",
+    "load_format": "formats",
+    "LEVELS": "voices",
+    "Voice": "voices",
+    "VoiceBook": "voices",
+    "VoicePrint": "voices",
+    "check_level": "voices",
+    "spark_voices": "voices",
+    "veena_voices": "voices",
+    "voice_with_levels": "voices",
+    "calibrate_lookahead": "calibrate",
+    "lookahead_curve": "calibrate",
+    "pick_lookahead": "calibrate",
+}
+
+__all__ = list(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use."""
+    where = _PUBLIC.get(name)
+    if where is None:
+        raise AttributeError(f"module 'pipecat_veena.engine' has no attribute {name!r}")
+    module = where if where.startswith("pipecat_veena.") else f"{__name__}.{where}"
+    return getattr(import_module(module), name)
