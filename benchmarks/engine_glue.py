@@ -25,7 +25,7 @@ from engine_fakes import FakeBiCodec, ScriptedGenerator, make_checkpoint, spark_
 
 from benchmarks._report import update_section  # noqa: E402
 from pipecat_veena.engine import EngineConfig, VeenaEngine  # noqa: E402
-from pipecat_veena.streaming.decoder import _DEFAULTS, StreamConfig  # noqa: E402
+from pipecat_veena.streaming.schedule import _DEFAULTS, StreamConfig  # noqa: E402
 
 IDS = spark_ids()
 BICODEC_STREAM = StreamConfig(**_DEFAULTS["BiCodecCodec"])

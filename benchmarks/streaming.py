@@ -26,8 +26,8 @@ from loguru import logger
 from benchmarks._report import update_section
 from pipecat_veena.audio import snr_db
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow
+from pipecat_veena.streaming import StreamConfig, StreamDecoder
 from pipecat_veena.streaming.batching import DecodeBatcher
-from pipecat_veena.streaming.decoder import StreamConfig, StreamDecoder
 
 GLOBALS = 32  # BiCodec global tokens the LLM emits before any semantic token (uncached voice)
 

@@ -195,7 +195,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         lookahead_curve,
         pick_lookahead,
     )
-    from pipecat_veena.streaming.decoder import StreamConfig
+    from pipecat_veena.streaming import StreamConfig
 
     if args.model is None:
         from pipecat_veena.demo import build_demo_checkpoint

@@ -17,8 +17,8 @@ import pytest
 from test_streaming import FakeCodec
 
 from pipecat_veena.codecs.base import CodecWindow
+from pipecat_veena.streaming import StreamConfig, StreamDecoder
 from pipecat_veena.streaming.batching import DecodeBatcher, group_by_length
-from pipecat_veena.streaming.decoder import StreamConfig, StreamDecoder
 
 
 class RecordingCodec(FakeCodec):

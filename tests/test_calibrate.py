@@ -11,7 +11,7 @@ from pipecat_veena.engine.calibrate import (
     pick_lookahead,
     seam_snr,
 )
-from pipecat_veena.streaming.decoder import StreamConfig
+from pipecat_veena.streaming import StreamConfig
 
 
 @pytest.fixture(scope="module")

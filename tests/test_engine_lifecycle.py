@@ -16,7 +16,7 @@ from engine_fakes import FakeBiCodec, ScriptedGenerator, make_checkpoint, spark_
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.engine_thread import EngineThread
 from pipecat_veena.errors import EngineNotRunningError, MalformedStreamError
-from pipecat_veena.streaming.decoder import StreamConfig
+from pipecat_veena.streaming import StreamConfig
 
 IDS = spark_ids()
 VOICE = list(range(40, 72))

@@ -29,7 +29,7 @@ from pipecat_veena.errors import (
     NoAudioError,
     UnknownVoiceError,
 )
-from pipecat_veena.streaming.decoder import StreamConfig
+from pipecat_veena.streaming import StreamConfig
 
 IDS = spark_ids()
 VOICE = list(range(40, 72))

@@ -30,7 +30,7 @@ from pipecat_veena.errors import (
     UnknownVoiceError,
 )
 from pipecat_veena.livekit import CHUNKED_RETRIES_AFTER_AUDIO, VeenaTTS
-from pipecat_veena.streaming.decoder import StreamConfig
+from pipecat_veena.streaming import StreamConfig
 
 RATE = 16000
 CHUNK = 1600  # samples per fake chunk (0.1 s)

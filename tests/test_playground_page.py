@@ -16,7 +16,7 @@ from pipecat_veena.demo import is_demo_checkpoint
 from pipecat_veena.server import ServerHandle, ServerSettings, create_app
 from pipecat_veena.server.playground import ASSETS_PATH, STATIC_DIR
 
-PAGE_FILES = {"index.html", "playground.js", "player-worklet.js", "playground.css"}
+PAGE_FILES = {"index.html", "playground.js", "player-worklet.js", "playground.css", "favicon.svg"}
 
 
 async def _serve(engine, settings=None, *, demo=False) -> ServerHandle:
@@ -36,6 +36,7 @@ async def test_page_and_its_files_are_served_from_the_server_alone():
             assert "default-src 'self'" in csp and "connect-src 'self'" in csp
             linked = re.findall(r'(?:src|href)="([^"]+)"', page.text)
             assert sorted(linked) == [
+                f"{ASSETS_PATH}/favicon.svg",
                 f"{ASSETS_PATH}/playground.css",
                 f"{ASSETS_PATH}/playground.js",
             ]
@@ -53,7 +54,8 @@ async def test_page_and_its_files_are_served_from_the_server_alone():
 def test_page_names_no_other_origin():
     assert {p.name for p in STATIC_DIR.iterdir()} == PAGE_FILES
     for path in STATIC_DIR.iterdir():
-        text = path.read_text(encoding="utf-8")
+        # (SVG's namespace is a name, never fetched)
+        text = path.read_text(encoding="utf-8").replace('xmlns="http://www.w3.org/2000/svg"', "")
         assert not re.search(r"https?://|wss?://|//[a-z0-9.-]+\.[a-z]{2,}/", text), path.name
     script = (STATIC_DIR / "playground.js").read_text(encoding="utf-8")
     assert f'"{ASSETS_PATH}/player-worklet.js"' in script

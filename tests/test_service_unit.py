@@ -49,7 +49,7 @@ from pipecat.transcriptions.language import Language
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.service import VeenaTTSService
-from pipecat_veena.streaming.decoder import StreamConfig
+from pipecat_veena.streaming import StreamConfig
 
 IDS = spark_ids()
 VOICE = list(range(40, 72))

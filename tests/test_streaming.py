@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow
-from pipecat_veena.streaming.decoder import StreamConfig, StreamDecoder, StreamScheduler
+from pipecat_veena.streaming import StreamConfig, StreamDecoder, StreamScheduler
 
 
 class FakeCodec(AudioCodec):

@@ -15,7 +15,7 @@ import pytest
 from pipecat_veena.audio import snr_db  # noqa: E402
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow  # noqa: E402
 from pipecat_veena.codecs.snac import SnacCodec  # noqa: E402
-from pipecat_veena.streaming.decoder import StreamConfig, StreamDecoder  # noqa: E402
+from pipecat_veena.streaming import StreamConfig, StreamDecoder  # noqa: E402
 
 # Measured on 120-frame random streams (3 seeds): 97.6-98.0 dB at the SNAC defaults.
 SNAC_DEFAULT_SNR_FLOOR_DB = 85.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipecat_veena.streaming.decoder import StreamScheduler, should_hurry
+from pipecat_veena.streaming import StreamScheduler, should_hurry
 
 FPS = 50.0  # BiCodec frames per second of audio
 

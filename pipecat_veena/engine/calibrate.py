@@ -18,7 +18,7 @@ from loguru import logger
 
 from pipecat_veena.audio import snr_db
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow
-from pipecat_veena.streaming.decoder import StreamConfig, StreamDecoder
+from pipecat_veena.streaming import StreamConfig, StreamDecoder
 
 #: Codes drawn for the probe stay below this, valid for every codec here (SNAC slots and BiCodec
 #: globals hold 4096 codes, BiCodec semantics 8192).

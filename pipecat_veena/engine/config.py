@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipecat_veena.streaming.decoder import StreamConfig
+from pipecat_veena.streaming import StreamConfig
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.normalize import LANGUAGES, Lexicon
 from pipecat_veena.normalize import normalize as normalize_text
-from pipecat_veena.streaming.decoder import StreamConfig
+from pipecat_veena.streaming import StreamConfig
 from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, split_text
 
 __all__ = ["AudioChunk", "EngineConfig", "VeenaEngine", "load_codec"]

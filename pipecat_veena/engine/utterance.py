@@ -24,7 +24,7 @@ from pipecat_veena.errors import NoAudioError
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.generation.base import MAX_SEED
 from pipecat_veena.interface import AudioChunk
-from pipecat_veena.streaming.decoder import StreamConfig, StreamDecoder, should_hurry
+from pipecat_veena.streaming import StreamConfig, StreamDecoder, should_hurry
 
 #: A code stream periodic over this many seconds is a loop; periods up to LOOP_PERIOD_S count.
 LOOP_WINDOW_S = 3.0
