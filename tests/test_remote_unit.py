@@ -10,6 +10,7 @@ import json
 
 import pytest
 import websockets
+from loguru import logger
 from pipecat.frames.frames import ErrorFrame, InterruptionFrame, TTSAudioRawFrame, TTSSpeakFrame
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
@@ -43,6 +44,23 @@ def test_urls_are_normalised():
     assert stream_url("h:9") == "ws://h:9/v1/audio/stream"
     with pytest.raises(ValueError, match="ws"):
         stream_url("ftp://h")
+
+
+async def test_a_key_in_the_url_never_reaches_a_message_or_the_log():
+    """A key given in the URL's query is the client's secret: its errors, its printout and its
+    log lines (at every level) name the server without it."""
+    lines: list[str] = []
+    handler = logger.add(lines.append, level="TRACE")
+    try:
+        engine = RemoteVeenaEngine("ws://127.0.0.1:9/?api_key=SECRET-123", connect_timeout_s=0.5)
+        with pytest.raises(Exception) as failed:
+            await engine.start()
+        await engine.shutdown()
+    finally:
+        logger.remove(handler)
+    shown = [str(failed.value), str(engine), *lines]
+    assert not [line for line in shown if "SECRET-123" in line], shown
+    assert "api_key=<redacted>" in str(engine)
 
 
 async def test_the_speech_engine_surface():

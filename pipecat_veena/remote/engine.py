@@ -106,7 +106,7 @@ class RemoteVeenaEngine:
         self._retries = 0
 
     def __str__(self) -> str:
-        return f"RemoteVeenaEngine({self._links[0].url})"
+        return f"RemoteVeenaEngine({self._links[0].shown})"
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -200,7 +200,7 @@ class RemoteVeenaEngine:
             "requests": self._requests,
             "retries": self._retries,
             "connects": sum(link.connects for link in self._links),
-            "connected": [link.url for link in self._links if link.connected],
+            "connected": [link.shown for link in self._links if link.connected],
         }
 
     def _require_info(self) -> Ready:
@@ -232,7 +232,7 @@ class RemoteVeenaEngine:
                 except RemoteError as e:
                     if not e.retryable:
                         raise
-                    errors[link.url] = e
+                    errors[link.shown] = e
             if time.monotonic() + delay > deadline:
                 detail = "; ".join(str(e) for e in errors.values())
                 raise ServerUnavailableError(

@@ -22,6 +22,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from pipecat_veena.errors import RemoteError, ServerUnavailableError
+from pipecat_veena.logs import redact
 from pipecat_veena.remote.protocol import (
     CLOSE_GOING_AWAY,
     PROTOCOL_VERSION,
@@ -113,6 +114,7 @@ class Link:
 
     def __init__(self, url: str, headers: dict[str, str], open_timeout_s: float) -> None:
         self.url = url
+        self.shown = redact(url)  # for logs and errors: no key from the query
         self.headers = headers
         self.open_timeout_s = open_timeout_s
         self.ready: Ready | None = None
@@ -154,26 +156,26 @@ class Link:
                 close_timeout=2,
             )
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as e:
-            raise ServerUnavailableError(f"cannot connect to {self.url}: {e}") from e
+            raise ServerUnavailableError(f"cannot connect to {self.shown}: {e}") from e
         try:
             first = await asyncio.wait_for(ws.recv(), self.open_timeout_s)
             message = parse_server_message(first) if isinstance(first, str) else None
         except (ConnectionClosed, TimeoutError, ProtocolError) as e:
             await ws.close()
-            raise ServerUnavailableError(f"{self.url} did not say ready: {e}") from e
+            raise ServerUnavailableError(f"{self.shown} did not say ready: {e}") from e
         if isinstance(message, Error):
             await ws.close()
-            error = error_for(message.code, f"{self.url}: {message.message}")
+            error = error_for(message.code, f"{self.shown}: {message.message}")
             if message.code == ErrorCode.UNAUTHORIZED:
                 self.fatal = RemoteError(
-                    f"{self.url} refused the API key: {message.message}", code=message.code
+                    f"{self.shown} refused the API key: {message.message}", code=message.code
                 )
                 raise self.fatal
             raise error
         if not isinstance(message, Ready) or message.protocol != PROTOCOL_VERSION:
             await ws.close()
             self.fatal = RemoteError(
-                f"{self.url} does not speak protocol version {PROTOCOL_VERSION} "
+                f"{self.shown} does not speak protocol version {PROTOCOL_VERSION} "
                 f"(first message: {first!r:.120}); update pipecat-veena on one side",
                 code=ErrorCode.BAD_MESSAGE,
             )
@@ -183,7 +185,7 @@ class Link:
         self.connects += 1
         self._spawn(self._read(conn))
         conn.writer = self._spawn(self._write(conn))
-        logger.debug(f"connected to {self.url} ({message.model}, {message.sample_rate} Hz)")
+        logger.debug(f"connected to {self.shown} ({message.model}, {message.sample_rate} Hz)")
 
     def _spawn(self, coro: object) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
@@ -207,7 +209,7 @@ class Link:
         conn, pending = self._conn, self.pending.get(speak.id)
         if conn is None:
             if pending is not None:
-                error = f"not connected to {self.url} (its connection was closed or leaving)"
+                error = f"not connected to {self.shown} (its connection was closed or leaving)"
                 pending.finish(ServerUnavailableError(error, code=NOT_SENT))
             return
         if pending is not None:
@@ -246,7 +248,7 @@ class Link:
         except ConnectionClosed:
             pass
         except ProtocolError as e:
-            logger.error(f"{self.url} sent a message outside the protocol: {e}")
+            logger.error(f"{self.shown} sent a message outside the protocol: {e}")
             await ws.close()
         finally:
             self._dropped(conn)
@@ -265,9 +267,9 @@ class Link:
             if pending is not None:
                 pending.finish(error_for(message.code, message.message))
         elif isinstance(message, Error):
-            logger.warning(f"{self.url}: {message.code}: {message.message}")
+            logger.warning(f"{self.shown}: {message.code}: {message.message}")
         elif message is None:
-            logger.debug(f"{self.url} sent a message type this client does not know; ignored")
+            logger.debug(f"{self.shown} sent a message type this client does not know; ignored")
 
     def _leave(self, conn: _Conn) -> None:
         """The server behind ``conn`` drains: new utterances go to a new connection, dialed now."""
@@ -277,7 +279,7 @@ class Link:
         if self._conn is conn:
             self._conn = None
             self._leaving.add(conn)
-            logger.info(f"{self.url}: the server is draining; connecting again for what follows")
+            logger.info(f"{self.shown}: the server is draining; connecting again for what follows")
             if not self.closed:
                 self._spawn(self._redial())
 
@@ -289,11 +291,11 @@ class Link:
         reason = f"{code} {ws.close_reason or ''}".strip() if code is not None else "no close"
         if conn.leaving or code in GOING_AWAY_CODES:
             error = ServerUnavailableError(
-                f"the server at {self.url} went away ({reason})", code=ErrorCode.SERVER_DRAINING
+                f"the server at {self.shown} went away ({reason})", code=ErrorCode.SERVER_DRAINING
             )
         else:
             error = ServerUnavailableError(
-                f"the connection to {self.url} was lost ({reason})", code="connection_lost"
+                f"the connection to {self.shown} was lost ({reason})", code="connection_lost"
             )
         for uid, pending in list(self.pending.items()):
             if pending.conn is conn:
@@ -305,7 +307,7 @@ class Link:
         self._conn = None
         if self.closed or code == 1000:  # shut down here, or closed as idle: dial on demand
             return
-        logger.warning(f"lost the connection to {self.url} ({reason}); reconnecting")
+        logger.warning(f"lost the connection to {self.shown} ({reason}); reconnecting")
         self._spawn(self._redial())
 
     async def _redial(self) -> None:
@@ -315,7 +317,7 @@ class Link:
                 await self.ensure()
             except RemoteError as e:
                 wait = jittered(delay)
-                logger.debug(f"{self.url}: {e}; next try in {wait:.2f} s")
+                logger.debug(f"{self.shown}: {e}; next try in {wait:.2f} s")
                 await asyncio.sleep(wait)
                 delay = next_delay(delay)
 
