@@ -10,15 +10,14 @@ flashtts and espeak-ng are installed by the Makefile / the system: missing, thes
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from speech import espeak
 
-from pipecat_veena.audio import int16_to_float, read_wav
 from pipecat_veena.codecs.bicodec.checkpoint import REAL_CONFIG, TINY_CONFIG
 from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder, volume_normalize
 from pipecat_veena.codecs.bicodec.reference import (
@@ -26,13 +25,9 @@ from pipecat_veena.codecs.bicodec.reference import (
     reference_volume_normalize,
 )
 from pipecat_veena.errors import CheckpointError
-from pipecat_veena.resample import resample_bytes
 
 RATE = 16000
 WEIGHTS = "model.safetensors"
-_SENTENCE = (
-    "The quick brown fox jumps over the lazy dog while seven engineers argue about latency. "
-)
 #: (espeak-ng voice, words per minute, pitch 0-99, repeats of the sentence): 1 to 30 seconds.
 ESPEAK_CLIPS = [
     ("en", 175, 50, 0),
@@ -48,17 +43,6 @@ ESPEAK_CLIPS = [
     ("nl+m7", 190, 35, 3),
     ("pt+f5", 120, 55, 5),
 ]
-
-
-def espeak(tmp: Path, voice: str, wpm: int, pitch: int, repeats: int) -> np.ndarray:
-    """espeak-ng speech at 16 kHz, float32 in [-1, 1]: one short phrase or repeated sentences."""
-    assert shutil.which("espeak-ng"), "espeak-ng (Debian package) is needed for speech clips"
-    text = "Hello." if repeats == 0 else _SENTENCE * repeats
-    path = tmp / f"{voice}-{wpm}-{pitch}-{repeats}.wav"
-    cmd = ["espeak-ng", "-w", str(path), "-v", voice, "-s", str(wpm), "-p", str(pitch), text]
-    subprocess.run(cmd, check=True, capture_output=True)
-    pcm, rate = read_wav(path)
-    return int16_to_float(resample_bytes(pcm.astype("<i2").tobytes(), rate, RATE))
 
 
 def random_clips(seed: int) -> list[np.ndarray]:

@@ -8,7 +8,6 @@ more, so :class:`ReferenceDetokenizer` wires the four reference modules exactly 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,8 @@ import torch
 import yaml
 from safetensors.torch import save_file
 from torch import Tensor, nn
+
+from pipecat_veena.codecs.bicodec.checkpoint import random_speaker_tensor
 
 
 class ReferenceDetokenizer(nn.Module):
@@ -163,31 +164,16 @@ class ReferenceSpeakerEncoder(nn.Module):
 
     @torch.no_grad()
     def randomize(self, seed: int = 0) -> ReferenceSpeakerEncoder:
-        """Give every tensor a distinct random value, scaled so that the ids depend on the clip.
+        """Give every tensor a distinct random value, as our checkpoint writer does.
 
-        The reference init leaves the ids almost constant (its latents have std 0.02 and
-        dominate); here matrices get fan-in-scaled normal values, the learned latents unit
-        ones, vectors and BatchNorm statistics perturbed values, so that parity checks each
-        tensor's role and the ids spread over the codebook.
+        The reference init leaves the ids almost the same for every clip (its latents, std
+        0.02, dominate); these values make parity check each tensor's role, with ids that
+        depend on the clip.
         """
         gen = torch.Generator().manual_seed(seed)
         for name, tensor in self.state_dict().items():
-            if not tensor.is_floating_point():
-                continue
-            noise = torch.randn(tensor.shape, generator=gen)
-            if name.endswith("running_var"):
-                tensor.copy_(0.5 + torch.rand(tensor.shape, generator=gen))
-            elif name.endswith("gamma") or (tensor.dim() == 1 and name.endswith("bn.weight")):
-                tensor.copy_(1 + 0.1 * noise)  # norm scales (BatchNorm, RMSNorm)
-            elif ".bns." in name and name.endswith("weight"):
-                tensor.copy_(1 + 0.1 * noise)
-            elif name.endswith("latents"):
-                tensor.copy_(noise)
-            elif tensor.dim() >= 2:
-                gain = 3.0 if "project_in" in name else 1.0
-                tensor.copy_(gain * noise / math.sqrt(tensor[0].numel()))
-            else:
-                tensor.copy_(0.1 * noise)
+            if tensor.is_floating_point():
+                tensor.copy_(random_speaker_tensor(name, tuple(tensor.shape), gen))
         return self
 
     def save(self, directory: str | Path, audio_tokenizer: Mapping[str, Any]) -> Path:
