@@ -21,6 +21,18 @@ from torch import Tensor, nn
 from pipecat_veena.codecs.bicodec.checkpoint import random_speaker_tensor
 
 
+def _save(directory: str | Path, audio_tokenizer: Mapping[str, Any], state: Mapping) -> Path:
+    """Write ``config.yaml`` (the ``audio_tokenizer`` block) and ``state`` as model.safetensors."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.yaml").write_text(
+        yaml.safe_dump({"audio_tokenizer": dict(audio_tokenizer)}, sort_keys=False)
+    )
+    tensors = {k: v.detach().contiguous() for k, v in state.items()}
+    save_file(tensors, str(directory / "model.safetensors"))
+    return directory
+
+
 class ReferenceDetokenizer(nn.Module):
     """flashtts's BiCodec decode modules, composed as ``SparkDeTokenizerModel`` composes them."""
 
@@ -65,14 +77,7 @@ class ReferenceDetokenizer(nn.Module):
 
     def save(self, directory: str | Path, audio_tokenizer: Mapping[str, Any]) -> Path:
         """Write ``config.yaml`` and the full state dict (official layout) as model.safetensors."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "config.yaml").write_text(
-            yaml.safe_dump({"audio_tokenizer": dict(audio_tokenizer)}, sort_keys=False)
-        )
-        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(directory / "model.safetensors"))
-        return directory
+        return _save(directory, audio_tokenizer, self.state_dict())
 
 
 # --- the speaker encoder (encode path) ---
@@ -178,17 +183,10 @@ class ReferenceSpeakerEncoder(nn.Module):
 
     def save(self, directory: str | Path, audio_tokenizer: Mapping[str, Any]) -> Path:
         """Write ``config.yaml`` and the state dict under the official ``speaker_encoder.``."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "config.yaml").write_text(
-            yaml.safe_dump({"audio_tokenizer": dict(audio_tokenizer)}, sort_keys=False)
+        state = self.speaker_encoder.state_dict()
+        return _save(
+            directory, audio_tokenizer, {f"speaker_encoder.{k}": v for k, v in state.items()}
         )
-        state = {
-            f"speaker_encoder.{k}": v.detach().contiguous()
-            for k, v in self.speaker_encoder.state_dict().items()
-        }
-        save_file(state, str(directory / "model.safetensors"))
-        return directory
 
     @torch.no_grad()
     def encode(self, wav: np.ndarray) -> dict[str, Tensor]:
