@@ -97,13 +97,15 @@ def test_matches_flashtts_on_random_and_speech_clips(tiny_pair, clips) -> None:
     assert len(clips) >= 20
     durations = [len(c) / RATE for c in clips]
     assert min(durations) <= 1.0 and max(durations) >= 29.0, durations
-    id_sets = set()
+    id_sets, worst = set(), dict.fromkeys(("mel", "latent", "tokens"), 0.0)
     for i, wav in enumerate(clips):
         expected, got, errors = _compare(reference, ours, wav)
+        worst = {stage: max(worst[stage], errors[stage]) for stage in worst}
         assert torch.equal(got, expected), f"clip {i} ({durations[i]:.1f} s): ids differ"
         assert max(errors.values()) <= 1e-4, f"clip {i}: {errors}"
         assert got.shape == (32,) and 0 <= int(got.min()) and int(got.max()) < 4096
         id_sets.add(tuple(got.tolist()))
+    print(f"{len(clips)} clips, {len(id_sets)} distinct voices, worst abs errors {worst}")
     # the ids depend on the clip, so equality above compares something
     assert len(id_sets) >= len(clips) // 2, f"only {len(id_sets)} distinct voices"
 
