@@ -17,6 +17,10 @@ class UnknownVoiceError(VeenaError, ValueError):
     """A voice name that the loaded checkpoint does not offer."""
 
 
+class EnrolmentError(VeenaError, ValueError):
+    """A voice cannot be enrolled (bad clip, bad or taken name, no speaker encoder)."""
+
+
 class MalformedStreamError(VeenaError):
     """The LLM's token stream broke the codec grammar (e.g. semantics before globals)."""
 

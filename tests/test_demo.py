@@ -102,8 +102,28 @@ def test_spark_layout(spark_tiny_checkpoint: Path) -> None:
         assert len(spec.get("globals", [0] * 32)) == 32
 
 
+@pytest.mark.parametrize("kind", ["spark", "spark-tiny"])
+def test_spark_demos_enrol_voices_with_their_speaker_encoder(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    from speech import espeak
+
+    from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
+
+    root = request.getfixturevalue(
+        "spark_checkpoint" if kind == "spark" else "spark_tiny_checkpoint"
+    )
+    encoder = BiCodecSpeakerEncoder.from_pretrained(root)  # official keys, random values
+    voices = {
+        tuple(encoder.tokenize(espeak(tmp_path, voice, 160, pitch, 1)))
+        for voice, pitch in (("en+f3", 70), ("en+m3", 30), ("de", 50))
+    }
+    assert len(voices) == 3 and all(len(v) == 32 for v in voices)
+
+
 def test_veena_layout_and_snac_loads(veena_checkpoint: Path) -> None:
     import snac
+
     root = veena_checkpoint
     config = json.loads((root / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]

@@ -300,8 +300,9 @@ A RANDOM DEMO VOICE: it makes sound, not words. Nothing here was trained on spee
   Spark-TTS token inventory, trained for seconds on synthetic token sequences so that it follows
   the Spark-TTS / Veena3 grammar (globals, then semantic tokens whose number grows with the text,
   then `<|im_end|>`).
-- `BiCodec/`: the BiCodec decoder with random weights (`config.yaml` + `model.safetensors`, official
-  key layout).
+- `BiCodec/`: BiCodec with random weights (`config.yaml` + `model.safetensors`, official key
+  layout): the decoder, and the speaker encoder that turns a voice clip into 32 global tokens
+  (so voice enrolment runs end to end; a random encoder gives a random voice, not a clone).
 - `config.yaml`, `voices.json`: as in Spark-TTS-0.5B / Veena3 checkpoints.
 
 Built by `pipecat-veena build-demo`. For speech, point `--model` at a real checkpoint directory

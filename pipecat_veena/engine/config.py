@@ -33,8 +33,9 @@ class EngineConfig:
         pin_voices: reuse the voice print (generated globals) of each voice's first request
             that completed cleanly for every later utterance of that voice (no drift between
             sentences or calls, and fewer tokens before first audio).
-        voices_file: voice prints exported by ``VeenaEngine.export_voices`` to pin at start, so
-            every replica of a service speaks each voice the same.
+        voices_file: voice prints (and enrolled voices) exported by
+            ``VeenaEngine.export_voices`` to load at start, so every replica of a service speaks
+            each voice the same.
         constrain_grammar: hold every generated token to the codec grammar (the LLM backend
             masks the ids the grammar forbids at each step), so no model, however trained or
             sampled, can produce a malformed stream. Off: the stream parser still rejects a

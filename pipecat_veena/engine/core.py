@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
@@ -26,12 +27,21 @@ from pipecat_veena.engine.checkpoint import detect_layout
 from pipecat_veena.engine.config import EngineConfig
 from pipecat_veena.engine.formats import ModelFormat, load_format, load_tokenizer
 from pipecat_veena.engine.utterance import AudioChunk, EngineParts, Utterance
-from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
+from pipecat_veena.engine.voices import Voice
+from pipecat_veena.errors import (
+    CheckpointError,
+    EngineDeadError,
+    EngineNotRunningError,
+    EnrolmentError,
+)
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.normalize import LANGUAGES, Lexicon
 from pipecat_veena.normalize import normalize as normalize_text
 from pipecat_veena.streaming import StreamConfig
 from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, split_text
+
+if TYPE_CHECKING:
+    from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
 
 __all__ = ["AudioChunk", "EngineConfig", "VeenaEngine", "load_codec"]
 
@@ -75,6 +85,8 @@ class VeenaEngine:
         self._inflight: dict[str, Utterance] = {}
         self._requests = 0
         self._lexicon = Lexicon.load(config.lexicon)  # a bad lexicon fails here, not mid-call
+        self._speaker_encoder: BiCodecSpeakerEncoder | None = None
+        self._encoder_lock = asyncio.Lock()
 
     def __str__(self) -> str:
         return f"VeenaEngine({Path(self.config.checkpoint).name})"
@@ -244,6 +256,78 @@ class VeenaEngine:
         if fmt.family != "bicodec":
             raise ValueError("only BiCodec checkpoints take voices given by global codes")
         fmt.voices.register(name, global_codes)
+
+    async def enroll_voice(
+        self, name: str, audio: Any, sample_rate: int, transcript: str | None = None
+    ) -> Voice:
+        """Enrol a voice from a clip of its speaker; ``stream(voice=name)`` then speaks with it.
+
+        Global-only enrolment: the BiCodec speaker encoder turns the clip into the 32 global
+        codes of a voice (its first 6 s, tiled when shorter, after volume normalisation); the
+        voice is kept with the others and exported by ``export_voices`` (JSON), so replicas
+        that load the file speak it too. The work runs in a worker thread; the speaker encoder
+        loads on first use. Cloning quality depends on the base model.
+
+        Args:
+            name: the new voice's name (letters, digits, ``_ - .``); enrolling a name again
+                replaces that enrolled voice. Built-in names are refused.
+            audio: mono samples, float in [-1, 1] or int16: 3-30 s holding at least 3 s of
+                speech, neither silent nor clipped.
+            sample_rate: the clip's rate in Hz (resampled to the encoder's 16 kHz).
+            transcript: the clip's words. Not used yet (transcript mode needs the wav2vec2
+                model); accepted so that callers need not change when it is.
+
+        Returns:
+            The enrolled voice (``voice.globals`` holds its 32 codes).
+
+        Raises:
+            EnrolmentError: a bad clip or name, or a checkpoint that cannot enrol (a SNAC
+                model, or BiCodec weights without the speaker encoder), naming the fix.
+        """
+        from pipecat_veena.engine.enrolment import prepare_clip
+
+        fmt = self._require_format()
+        if fmt.family != "bicodec":
+            raise EnrolmentError(
+                f"{self.model_name} is a SNAC model (Veena / Orpheus layout): it has no "
+                "speaker encoder, so voices cannot be enrolled from a clip. Fine-tune the "
+                "model on the speaker and serve the result as a LoRA adapter voice instead."
+            )
+        fmt.voices.check_enrolment(name)  # before any work
+        encoder = await self._speaker_encoder_loaded()
+        if transcript is not None:
+            logger.info(f"{self}: transcript of voice {name!r} not used (global-only enrolment)")
+
+        def encode() -> list[int]:
+            return encoder.tokenize(prepare_clip(audio, sample_rate, encoder.sample_rate))
+
+        start = time.perf_counter()
+        codes = await asyncio.to_thread(encode)
+        voice = fmt.voices.enrol(name, codes)
+        logger.info(
+            f"{self}: voice {voice.name!r} enrolled in "
+            f"{1000 * (time.perf_counter() - start):.0f} ms (global-only)"
+        )
+        return voice
+
+    async def _speaker_encoder_loaded(self) -> BiCodecSpeakerEncoder:
+        """The checkpoint's speaker encoder, loaded once.
+
+        On the CPU in float32, so that every replica computes the same codes for a clip,
+        whatever its accelerator.
+        """
+        from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
+
+        async with self._encoder_lock:
+            if self._speaker_encoder is None:
+                codec_dir = detect_layout(self.config.checkpoint).codec_dir
+                try:
+                    self._speaker_encoder = await asyncio.to_thread(
+                        BiCodecSpeakerEncoder.from_pretrained, codec_dir
+                    )
+                except CheckpointError as e:
+                    raise EnrolmentError(str(e)) from e
+        return self._speaker_encoder
 
     def export_voices(self, path: str | Path | None = None) -> dict[str, Any]:
         """The pinned voice prints (to load in another process); written to ``path`` if given.

@@ -24,7 +24,8 @@ from typing import Any
 
 from loguru import logger
 
-from pipecat_veena.errors import CheckpointError, UnknownVoiceError
+from pipecat_veena.engine.enrolment import check_voice_name
+from pipecat_veena.errors import CheckpointError, EnrolmentError, UnknownVoiceError
 
 VOICES_FILE = "voices.json"
 VEENA_SPEAKERS = ("kavya", "agastya", "maitri", "vinaya")
@@ -119,6 +120,7 @@ class VoiceBook:
             says (``max_part_chars`` in voices.json).
         num_globals: global codes per voice (BiCodec: 32; SNAC voices have none).
         pinned: voice prints by voice name.
+        enrolled: names of the voices enrolled from audio (``enrol``), in ``voices`` too.
     """
 
     voices: dict[str, Voice]
@@ -129,6 +131,7 @@ class VoiceBook:
     max_part_chars: int | None = None
     num_globals: int = 32
     pinned: dict[str, VoicePrint] = field(default_factory=dict)
+    enrolled: set[str] = field(default_factory=set)
 
     @property
     def names(self) -> list[str]:
@@ -164,6 +167,36 @@ class VoiceBook:
         self.voices[key] = Voice(name=key, globals=codes)
         return self.voices[key]
 
+    def enrol(self, name: str, global_codes: Sequence[int]) -> Voice:
+        """Add (or replace) an enrolled voice: a checked name that no built-in voice has.
+
+        Raises:
+            EnrolmentError: an unusable name, or one that a built-in voice (or a controllable
+                ``gender:pitch:speed`` name) already answers to.
+            ValueError: codes that are not ``num_globals`` global codes.
+        """
+        key, codes = self._check_enrolment(name, global_codes)
+        self.voices[key] = Voice(name=key, globals=codes)
+        self.enrolled.add(key)
+        return self.voices[key]
+
+    def check_enrolment(self, name: str) -> str:
+        """The canonical name for a new enrolled voice; EnrolmentError as ``enrol`` raises."""
+        return self._check_enrolment(name, [0] * self.num_globals)[0]
+
+    def _check_enrolment(self, name: str, global_codes: Sequence[int]) -> tuple[str, tuple]:
+        key = check_voice_name(name)
+        try:
+            taken = self.resolve(key).name not in self.enrolled
+        except UnknownVoiceError:
+            taken = False
+        if taken:
+            raise EnrolmentError(
+                f"voice name {key!r} belongs to a built-in voice of this checkpoint "
+                f"({', '.join(n for n in self.names if n not in self.enrolled)}): pick another"
+            )
+        return key, check_globals(list(global_codes), self.num_globals, f"voice {key!r}")
+
     # -- pinned voice prints ----------------------------------------------------------------
     def print_for(self, voice: Voice) -> VoicePrint | None:
         """The pinned print of a generated voice, if any."""
@@ -181,8 +214,8 @@ class VoiceBook:
         return True
 
     def export_prints(self, model: str) -> dict[str, Any]:
-        """The pinned prints as a JSON-ready dict (``load_prints`` reads it back)."""
-        return {
+        """The pinned prints and the enrolled voices as a JSON-ready dict (``load_prints``)."""
+        data: dict[str, Any] = {
             "format": PRINTS_FORMAT,
             "model": model,
             "voices": {
@@ -190,6 +223,12 @@ class VoiceBook:
                 for name, p in sorted(self.pinned.items())
             },
         }
+        if self.enrolled:
+            data["enrolled"] = {
+                name: {"globals": list(self.voices[name].globals or ())}
+                for name in sorted(self.enrolled)
+            }
+        return data
 
     def load_prints(
         self, data: dict[str, Any], check_prefix: Callable[[Sequence[int]], tuple[int, ...]]
@@ -202,16 +241,23 @@ class VoiceBook:
                 (raises ValueError when the prefix is not a voice prefix of this model).
 
         Returns:
-            The names pinned.
+            The names pinned, then the names of the enrolled voices the file adds.
 
         Raises:
-            ValueError: a malformed file, an unknown voice, or a prefix that does not parse.
+            ValueError: a malformed file, an unknown voice, or a prefix that does not parse;
+                EnrolmentError for an enrolled voice whose name a built-in voice has.
         """
         if not isinstance(data, dict) or data.get("format") != PRINTS_FORMAT:
             raise ValueError(f"not a voice-print file: expected format {PRINTS_FORMAT!r}")
         entries = data.get("voices")
         if not isinstance(entries, dict):
             raise ValueError("voice-print file: 'voices' must be an object")
+        enrolled = data.get("enrolled", {})
+        if not isinstance(enrolled, dict) or not all(
+            isinstance(e, dict) and isinstance(e.get("globals"), list) for e in enrolled.values()
+        ):
+            raise ValueError("voice-print file: 'enrolled' must map names to {'globals': [...]}")
+        checked = [self._check_enrolment(n, e["globals"]) for n, e in enrolled.items()]
         loaded: dict[str, VoicePrint] = {}
         for name, entry in entries.items():
             voice = self.resolve(name)
@@ -225,7 +271,9 @@ class VoiceBook:
                 raise ValueError(f"voice {name!r}: 'globals' do not match the prefix")
             loaded[voice.name] = VoicePrint(tuple(prefix), tuple(codes))
         self.pinned.update(loaded)
-        return sorted(loaded)
+        for key, codes in checked:
+            self.enrol(key, codes)
+        return sorted(loaded) + sorted(key for key, _ in checked)
 
 
 def _parse_controllable(key: str) -> Voice | None:

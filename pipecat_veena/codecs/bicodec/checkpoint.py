@@ -2,8 +2,10 @@
 
 ``config.yaml`` carries every block of the official file (encode-only ones too) under the top
 key ``audio_tokenizer``; ``model.safetensors`` holds the decode tensors with legacy weight-norm
-keys (``weight_g`` / ``weight_v``) plus a few encode-only tensors, so that a loader must skip them.
-The weights are scaled so that random tokens decode to audible, unclipped noise-like audio.
+keys (``weight_g`` / ``weight_v``), the speaker encoder's tensors (so that voices can be enrolled
+from audio), plus a few other encode-only tensors, so that a loader must skip them. The weights
+are scaled so that random tokens decode to audible, unclipped noise-like audio, and so that the
+speaker encoder's ids depend on the clip.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import yaml
 from safetensors.torch import save_file
 from torch import Tensor
 
-from pipecat_veena.codecs.bicodec.config import BiCodecConfig
+from pipecat_veena.codecs.bicodec.config import BiCodecConfig, MelConfig
 from pipecat_veena.codecs.bicodec.loader import CONFIG_FILE, WEIGHTS_FILE
 from pipecat_veena.codecs.bicodec.model import BiCodecDecoder
 from pipecat_veena.codecs.bicodec.modules import FoldedConvTranspose1d, official_parameters
@@ -171,15 +173,48 @@ def _decode_tensors(model: BiCodecDecoder, gen: torch.Generator) -> Iterator[tup
             yield key, randn(*shape) / math.sqrt(_fan_in(shape, False, 1))
 
 
+def random_speaker_tensor(name: str, shape: tuple[int, ...], gen: torch.Generator) -> Tensor:
+    """A random value for the speaker-encoder tensor ``name`` (official key or a suffix of it).
+
+    Matrices get fan-in-scaled normal values (FSQ's ``project_in`` 3x, so that its values span
+    the levels), the perceiver's learned latents unit normal ones (the reference init's std 0.02
+    would make the ids nearly the same for every clip), norm scales 1 + noise, BatchNorm
+    variances in [0.5, 1.5), other vectors small noise.
+    """
+    noise = torch.randn(shape, generator=gen)
+    if name.endswith("running_var"):
+        return 0.5 + torch.rand(shape, generator=gen)
+    batch_norm_scale = len(shape) == 1 and (name.endswith("bn.weight") or ".bns." in name)
+    if name.endswith("gamma") or (batch_norm_scale and name.endswith("weight")):
+        return 1 + 0.1 * noise
+    if name.endswith("latents"):
+        return noise
+    if len(shape) >= 2:
+        gain = 3.0 if "project_in" in name else 1.0
+        return gain * noise / math.sqrt(math.prod(shape[1:]))
+    return 0.1 * noise
+
+
+def _speaker_encoder_tensors(
+    parsed: BiCodecConfig, cfg: dict[str, Any], gen: torch.Generator
+) -> Iterator[tuple[str, Tensor]]:
+    """Yield (official key, random value) for every tensor the speaker encoder reads."""
+    from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
+
+    with torch.device("meta"):
+        encoder = BiCodecSpeakerEncoder(parsed, MelConfig.from_dict(cfg))
+    for prefix, name, _, tensor, _ in official_parameters(encoder):
+        key = prefix + name
+        yield key, random_speaker_tensor(key, tuple(tensor.shape), gen)
+
+
 def _encode_only_tensors(cfg: dict[str, Any], gen: torch.Generator) -> dict[str, Tensor]:
-    """A few tensors of the encode path, in their official names, for the loader to skip."""
-    q, s, e = cfg["quantizer"], cfg["speaker_encoder"], cfg["encoder"]
+    """A few tensors of the semantic encode path, in their official names, for loaders to skip."""
+    q, e = cfg["quantizer"], cfg["encoder"]
     shapes = {
         "quantizer.in_project.weight_g": (q["codebook_dim"], 1, 1),
         "quantizer.in_project.weight_v": (q["codebook_dim"], q["input_dim"], 1),
         "quantizer.in_project.bias": (q["codebook_dim"],),
-        "speaker_encoder.quantizer.project_in.weight": (len(s["fsq_levels"]), s["latent_dim"]),
-        "speaker_encoder.quantizer.project_in.bias": (len(s["fsq_levels"]),),
         "encoder.project.weight": (e["out_channels"], e["vocos_dim"]),
         "encoder.project.bias": (e["out_channels"],),
         "postnet.linear.bias": (cfg["postnet"]["out_channels"],),
@@ -213,6 +248,7 @@ def write_random_checkpoint(
     gen = torch.Generator().manual_seed(seed)
     tensors = {key: value.contiguous() for key, value in _decode_tensors(model, gen)}
     tensors.update(_encode_only_tensors(tokenizer, gen))
+    tensors.update(_speaker_encoder_tensors(parsed, tokenizer, gen))
     (directory / CONFIG_FILE).write_text(
         yaml.safe_dump({"audio_tokenizer": tokenizer}, sort_keys=False)
     )

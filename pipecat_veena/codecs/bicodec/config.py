@@ -30,6 +30,67 @@ RESIDUAL_DILATIONS = (1, 3, 9)
 _DECODE_BLOCKS = ("mel_params", "quantizer", "speaker_encoder", "prenet", "decoder")
 
 
+def read_audio_tokenizer(path: str | Path) -> Mapping[str, Any]:
+    """The ``audio_tokenizer`` block of a BiCodec ``config.yaml``.
+
+    Raises:
+        CheckpointError: the file is unreadable or has no such block.
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
+        raise CheckpointError(
+            f"{path}: cannot read the BiCodec config ({e}). Point to a BiCodec directory "
+            "with a readable config.yaml."
+        ) from e
+    if not isinstance(data, Mapping) or not isinstance(data.get("audio_tokenizer"), Mapping):
+        raise CheckpointError(
+            f"{path}: no 'audio_tokenizer' block at the top level. Use the config.yaml that "
+            "ships with the BiCodec weights (BiCodec/config.yaml)."
+        )
+    return data["audio_tokenizer"]
+
+
+@dataclass(frozen=True)
+class MelConfig:
+    """The speaker encoder's input: a magnitude mel spectrogram (``mel_params``; encode only)."""
+
+    sample_rate: int
+    n_fft: int
+    win_length: int
+    hop_length: int
+    f_min: float
+    f_max: float | None
+    n_mels: int
+
+    @classmethod
+    def from_dict(cls, tokenizer: Mapping[str, Any], *, source: str = "config") -> MelConfig:
+        """Build from the ``audio_tokenizer`` mapping's ``mel_params`` block.
+
+        Raises:
+            CheckpointError: the block or one of its keys is missing.
+        """
+        params = tokenizer.get("mel_params")
+        keys = ("sample_rate", "n_fft", "win_length", "hop_length", "mel_fmin", "num_mels")
+        missing = [k for k in keys if not isinstance(params, Mapping) or k not in params]
+        if missing:
+            raise CheckpointError(
+                f"{source}: audio_tokenizer.mel_params lacks {missing}, which the speaker "
+                "encoder needs. Use the config.yaml that ships with the BiCodec weights."
+            )
+        f_max = params.get("mel_fmax")
+        return cls(
+            sample_rate=int(params["sample_rate"]),
+            n_fft=int(params["n_fft"]),
+            win_length=int(params["win_length"]),
+            hop_length=int(params["hop_length"]),
+            f_min=float(params["mel_fmin"]),
+            f_max=None if f_max is None else float(f_max),
+            n_mels=int(params["num_mels"]),
+        )
+
+
 @dataclass(frozen=True)
 class QuantizerConfig:
     """Semantic codebook: ``codebook_size`` vectors of ``codebook_dim``, projected up."""
@@ -48,6 +109,8 @@ class SpeakerConfig:
     token_num: int
     fsq_levels: tuple[int, ...]
     fsq_num_quantizers: int
+    #: Mel bins the speaker encoder reads (encode only).
+    input_dim: int = 128
 
     @property
     def codebook_size(self) -> int:
@@ -172,6 +235,7 @@ class BiCodecConfig:
                 token_num=int(take("speaker_encoder", "token_num")),
                 fsq_levels=ints("speaker_encoder", "fsq_levels"),
                 fsq_num_quantizers=int(take("speaker_encoder", "fsq_num_quantizers")),
+                input_dim=int(take("speaker_encoder", "input_dim", 128, required=False)),
             ),
             prenet=prenet,
             decoder=WaveGeneratorConfig(
@@ -192,20 +256,7 @@ class BiCodecConfig:
         Raises:
             CheckpointError: the file is unreadable or lacks the needed blocks.
         """
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
-            raise CheckpointError(
-                f"{path}: cannot read the BiCodec config ({e}). Point to a BiCodec directory "
-                "with a readable config.yaml."
-            ) from e
-        if not isinstance(data, Mapping) or not isinstance(data.get("audio_tokenizer"), Mapping):
-            raise CheckpointError(
-                f"{path}: no 'audio_tokenizer' block at the top level. Use the config.yaml that "
-                "ships with the BiCodec weights (BiCodec/config.yaml)."
-            )
-        return cls.from_dict(data["audio_tokenizer"], source=str(path))
+        return cls.from_dict(read_audio_tokenizer(path), source=str(path))
 
     def _check(self, source: str, mel_hop: Any) -> None:
         """Reject configurations the decode path does not implement, naming the fix."""

@@ -1,9 +1,11 @@
-"""Loads a BiCodec checkpoint (``config.yaml`` + ``model.safetensors``) into a BiCodecDecoder.
+"""Loads a BiCodec checkpoint (``config.yaml`` + ``model.safetensors``) into our modules.
 
-The model is built on the meta device and given storage once; then each decode tensor is read on
-its own (plain reads, see :mod:`.tensorfile`), weight norm is folded, and the result is copied
-into place, so memory never holds a second copy of the weights. Encode-only tensors are never
-read.
+The decode path (:class:`BiCodecDecoder`) and the speaker encoder
+(:class:`~pipecat_veena.codecs.bicodec.encoder.BiCodecSpeakerEncoder`) load the same way: the
+model is built on the meta device and given storage once; then each of its tensors is read on its
+own (plain reads, see :mod:`.tensorfile`), weight norm is folded, and the result is copied into
+place, so memory never holds a second copy of the weights. Tensors the model does not use are
+never read.
 """
 
 from __future__ import annotations
@@ -11,16 +13,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from loguru import logger
 from torch import Tensor, nn
 
-from pipecat_veena.codecs.bicodec.config import BiCodecConfig
+from pipecat_veena.codecs.bicodec.config import BiCodecConfig, MelConfig, read_audio_tokenizer
 from pipecat_veena.codecs.bicodec.model import BiCodecDecoder
 from pipecat_veena.codecs.bicodec.modules import official_parameters
 from pipecat_veena.codecs.bicodec.tensorfile import TensorFile
 from pipecat_veena.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
 
 CONFIG_FILE = "config.yaml"
 WEIGHTS_FILE = "model.safetensors"
@@ -64,11 +70,16 @@ def fold_weight_norm(g: Tensor, v: Tensor) -> Tensor:
     return v * (g / torch.linalg.vector_norm(v, dim=dims, keepdim=True))
 
 
-class _Reader:
-    """Reads decode tensors from one safetensors file, with errors that name file and key."""
+#: Key prefix of the speaker encoder's frame encoder (ECAPA-TDNN) in the official checkpoint.
+SPEAKER_ENCODER_PREFIX = "speaker_encoder.speaker_encoder."
 
-    def __init__(self, file: TensorFile, config_path: Path) -> None:
+
+class _Reader:
+    """Reads one model's tensors from a safetensors file, with errors that name file and key."""
+
+    def __init__(self, file: TensorFile, config_path: Path, what: str = "decode") -> None:
         self.file, self.path, self.config_path = file, file.path, config_path
+        self.what = what
         self.keys = file.keys()
         self.used: set[str] = set()
 
@@ -85,7 +96,7 @@ class _Reader:
             f" (also looked for {', '.join(repr(a) for a in alternatives)})" if alternatives else ""
         )
         raise CheckpointError(
-            f"{self.path}: missing decode tensor '{key}'{also}. The weights do not match "
+            f"{self.path}: missing {self.what} tensor '{key}'{also}. The weights do not match "
             f"{self.config_path}; use the model.safetensors that ships with this config.yaml."
         )
 
@@ -115,16 +126,38 @@ class _Reader:
         raise AssertionError("unreachable")
 
 
-def _tensor_sources(model: nn.Module, reader: _Reader) -> list[tuple[Tensor, Callable[[], Tensor]]]:
-    """Pair every parameter of ``model`` with a function that reads its value from the file."""
+def _tensor_sources(
+    model: nn.Module, reader: _Reader, any_spelling: tuple[type[nn.Module], ...] = ()
+) -> list[tuple[Tensor, Callable[[], Tensor]]]:
+    """Pair every tensor of ``model`` with a function that reads its value from the file.
+
+    Weights of weight-normed convs, and the weight of every module of an ``any_spelling`` type,
+    are read in whichever spelling the file uses (weight-norm pair, either name, or plain).
+    """
     sources = []
-    for prefix, name, _, param, folded in official_parameters(model):
+    for prefix, name, module, param, folded in official_parameters(model):
         shape = tuple(param.shape)
-        if folded:
+        if folded or (name == "weight" and isinstance(module, any_spelling)):
             sources.append((param, lambda p=prefix, s=shape: reader.conv_weight(p, s)))
         else:
             sources.append((param, lambda k=prefix + name, s=shape: reader.get(k, s)))
     return sources
+
+
+def _load(
+    model: nn.Module,
+    reader: _Reader,
+    *,
+    device: str | torch.device,
+    dtype: torch.dtype,
+    any_spelling: tuple[type[nn.Module], ...] = (),
+) -> nn.Module:
+    """Give ``model`` (built on the meta device) storage and every tensor's value from the file."""
+    model = model.to(dtype).to_empty(device=device)
+    with torch.no_grad():
+        for param, read in _tensor_sources(model, reader, any_spelling):
+            param.copy_(read().to(dtype))
+    return model.requires_grad_(False).eval()
 
 
 def load_decoder(
@@ -142,16 +175,57 @@ def load_decoder(
     config = BiCodecConfig.from_yaml(config_path)
     with torch.device("meta"):
         model = BiCodecDecoder(config)
-    model = model.to(dtype).to_empty(device=device)
-    with TensorFile(weights_path) as file, torch.no_grad():
+    with TensorFile(weights_path) as file:
         reader = _Reader(file, config_path)
-        for param, read in _tensor_sources(model, reader):
-            param.copy_(read().to(dtype))
+        model = _load(model, reader, device=device, dtype=dtype)
     model.decoder.channels_last_weights()
-    model.requires_grad_(False).eval()
     logger.debug(
         f"BiCodec decoder loaded from {directory} in {time.perf_counter() - start:.2f} s: "
         f"{len(reader.used)} tensors used, {len(reader.keys - reader.used)} encode-only skipped, "
+        f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params, {dtype} on {device}"
+    )
+    return model
+
+
+def has_speaker_encoder(path: str | Path) -> bool:
+    """True when the BiCodec checkpoint at ``path`` holds speaker-encoder tensors."""
+    with TensorFile(resolve_bicodec_dir(path) / WEIGHTS_FILE) as file:
+        return any(k.startswith(SPEAKER_ENCODER_PREFIX) for k in file.keys())
+
+
+def load_speaker_encoder(
+    path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> BiCodecSpeakerEncoder:
+    """Build the speaker encoder from a checkpoint (see ``BiCodecSpeakerEncoder.from_pretrained``).
+
+    Raises:
+        CheckpointError: missing files, unreadable weights, no speaker-encoder tensors at all,
+            a missing tensor, or a shape that does not match the config.
+    """
+    from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
+
+    start = time.perf_counter()
+    directory = resolve_bicodec_dir(path)
+    config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
+    tokenizer = read_audio_tokenizer(config_path)
+    config = BiCodecConfig.from_dict(tokenizer, source=str(config_path))
+    mel = MelConfig.from_dict(tokenizer, source=str(config_path))
+    with torch.device("meta"):
+        model = BiCodecSpeakerEncoder(config, mel)
+    with TensorFile(weights_path) as file:
+        reader = _Reader(file, config_path, what="speaker-encoder")
+        if not any(k.startswith(SPEAKER_ENCODER_PREFIX) for k in reader.keys):
+            raise CheckpointError(
+                f"{weights_path}: no speaker-encoder tensors ({SPEAKER_ENCODER_PREFIX}*), so "
+                "voices cannot be enrolled from audio with this checkpoint. Use the full "
+                "BiCodec/model.safetensors that ships with Spark-TTS-0.5B (it holds them)."
+            )
+        model = _load(
+            model, reader, device=device, dtype=dtype, any_spelling=(nn.Conv1d, nn.Linear)
+        )
+    logger.debug(
+        f"BiCodec speaker encoder loaded from {directory} in {time.perf_counter() - start:.2f} s:"
+        f" {len(reader.used)} tensors, "
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params, {dtype} on {device}"
     )
     return model

@@ -31,6 +31,15 @@ class SemanticQuantizer(nn.Module):
         return F.linear(self.codebook(ids), weight, self.out_project.bias)
 
 
+def fsq_basis(levels: tuple[int, ...]) -> Tensor:
+    """Place value of each FSQ digit in a global id (int64, first level least significant).
+
+    ``id = sum(digit[k] * basis[k])``; for levels (4,) * 6 the basis is 1, 4, 16, ..., 1024.
+    """
+    levels_t = torch.tensor(levels, dtype=torch.int64)
+    return torch.cumprod(torch.cat([levels_t.new_ones(1), levels_t[:-1]]), 0)
+
+
 class _FSQProjection(nn.Module):
     """Holds ``project_out`` under the name the checkpoint uses (``quantizer.project_out``)."""
 
@@ -58,7 +67,7 @@ class SpeakerDecoder(nn.Module):
         key = (device, dtype)
         if key not in self._tables:
             levels = torch.tensor(self.levels, dtype=torch.int64)
-            basis = torch.cumprod(torch.cat([levels.new_ones(1), levels[:-1]]), 0)
+            basis = fsq_basis(self.levels)
             ids = torch.arange(int(torch.prod(levels)))[:, None]
             half = levels // 2
             codes = ((ids // basis) % levels - half).to(torch.float32) / half

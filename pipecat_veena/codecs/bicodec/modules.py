@@ -72,11 +72,14 @@ class FoldedConvTranspose1d(nn.ConvTranspose1d):
 
 def official_parameters(
     model: nn.Module,
-) -> Iterator[tuple[str, str, nn.Module, nn.Parameter, bool]]:
-    """Walk ``model``'s parameters as the official checkpoint names them, in a fixed order.
+) -> Iterator[tuple[str, str, nn.Module, Tensor, bool]]:
+    """Walk ``model``'s parameters and persistent buffers as the official checkpoint names them.
+
+    Buffers are the saved statistics of encoder layers (BatchNorm running mean and variance);
+    the decode path has none. The order is fixed.
 
     Yields:
-        (key prefix, parameter name, owning module, parameter, folded): ``folded`` is True for
+        (key prefix, tensor name, owning module, tensor, folded): ``folded`` is True for
         the weight of a weight-normed conv, stored as ``weight_g`` / ``weight_v`` in the file.
     """
     for module_name, module in model.named_modules():
@@ -84,6 +87,9 @@ def official_parameters(
         folded = isinstance(module, FoldedConv1d | FoldedConvTranspose1d)
         for name, param in module.named_parameters(recurse=False):
             yield prefix, name, module, param, folded and name == "weight"
+        for name, buffer in module.named_buffers(recurse=False):
+            if name not in module._non_persistent_buffers_set:
+                yield prefix, name, module, buffer, False
 
 
 def masked(x: Tensor, mask: Tensor | None) -> Tensor:
