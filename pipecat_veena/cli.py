@@ -144,14 +144,18 @@ async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: obj
     from pipecat_veena.server import ServerHandle, create_app
     from pipecat_veena.server.runner import serve_until_signalled
 
-    engine = VeenaEngine(EngineConfig(checkpoint=checkpoint, device=args.device))
+    # JSON logs: no progress bar from vLLM's engine process on stderr either
+    quiet_load = {"engine_kwargs": {"use_tqdm_on_load": False}} if args.log_format == "json" else {}
+    engine = VeenaEngine(
+        EngineConfig(checkpoint=checkpoint, device=args.device, generator_kwargs=quiet_load)
+    )
     app = create_app(engine, settings, demo=is_demo_checkpoint(checkpoint))  # type: ignore[arg-type]
     handle = ServerHandle(
         app,
         host=args.host,
         port=args.port,
         log_level="info" if args.verbose else "warning",
-        configure_logging=True,
+        configure_logging=args.uvicorn_logging,
     )
 
     def ready() -> None:
@@ -180,10 +184,10 @@ def _serve(args: argparse.Namespace) -> int:
     checkpoint = _demo_or(args.model)
     detect_layout(checkpoint)  # a bad model directory: the same, before the engine loads
     _quiet(args.verbose)
-    if not args.verbose:  # the server's own lifecycle (ready, draining, stopped) at info
-        from pipecat_veena.logs import configure_logging
+    from pipecat_veena.server.logs import configure_server_logs
 
-        configure_logging("INFO")
+    # the server's own lifecycle (ready, draining, stopped) at info; -v: debug
+    args.uvicorn_logging = configure_server_logs(args.log_format, verbose=args.verbose)
     return asyncio.run(_serve_async(args, checkpoint, settings))
 
 
@@ -244,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     say.set_defaults(func=_say)
 
+    from pipecat_veena.server.logs import LOG_FORMATS
     from pipecat_veena.server.settings import ServerSettings
 
     limits = ServerSettings()  # the defaults have one owner: the settings dataclass
@@ -294,6 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="OpenAI voice names to checkpoint voices, e.g. alloy=female,echo=male")
     srv.add_argument("--device", default="auto", help="codec device: auto, cpu, cuda")
     srv.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
+    srv.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                     help="stderr logs as text, or as JSON lines (loguru's serialized records; "
+                          "each utterance's lines carry its request_id)")
     srv.set_defaults(func=_serve)
 
     cal = sub.add_parser("calibrate", help="measure the lookahead a checkpoint's codec needs")

@@ -27,6 +27,8 @@ class AudioChunk:
         prompt_tokens: prompt tokens of the request's LLM calls up to this chunk.
         cut: why the utterance was cut short, on the chunks decoded after it was: "loop_guard"
             (the model repeated itself) or "token_cap" (a part hit its cap on tokens); None.
+        queue_s: seconds from the engine taking the request to its first LLM token (waiting
+            for a vLLM slot, plus prefill); None when unknown (a remote engine).
     """
 
     pcm: bytes
@@ -34,6 +36,7 @@ class AudioChunk:
     tokens: int
     prompt_tokens: int = 0
     cut: str | None = None
+    queue_s: float | None = None
 
     @property
     def num_samples(self) -> int:

@@ -188,6 +188,22 @@ def pcm_of(frames: list[AudioFrame]) -> bytes:
 ROOT = Path(__file__).resolve().parent.parent
 
 
+async def until_ready(http, proc, log: Path, tries: int = 600) -> None:
+    """Wait (bounded) until a ``serve`` process ``proc`` answers ``/ready`` with 200 on the
+    ``http`` client; fails with the tail of its ``log`` if it exits first."""
+    import httpx
+
+    for _ in range(tries):
+        assert proc.returncode is None, log.read_text()[-3000:]  # noqa: ASYNC240 (a failure)
+        try:
+            if (await http.get("/ready")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.5)
+    raise AssertionError("the server never became ready")
+
+
 async def until(predicate, wait_s: float = 10.0) -> None:
     """Wait (bounded, not a timing assertion) until ``predicate()`` holds."""
     for _ in range(int(wait_s / 0.01)):

@@ -37,7 +37,7 @@ from pipecat.pipeline.worker import PipelineParams
 from pipecat.services.openai.tts import OpenAITTSService
 from pipecat.tests.utils import SleepFrame, run_test
 from recording import RecordingGenerator
-from server_fakes import ROOT, RawClient, cut_off_body, pcm_of, send_invalid_utf8
+from server_fakes import ROOT, RawClient, cut_off_body, pcm_of, send_invalid_utf8, until_ready
 from servers import assert_ended, kill_leftovers
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
@@ -370,19 +370,6 @@ async def test_metrics_after_real_traffic(real):
 
 
 # -- the command ----------------------------------------------------------------------------
-async def _until_ready(http: httpx.AsyncClient, proc, log) -> None:
-    """Wait (up to 5 min: a vLLM start on a shared CPU) until a served process is ready."""
-    for _ in range(600):
-        assert proc.returncode is None, log.read_text()[-3000:]
-        try:
-            if (await http.get("/ready")).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        await asyncio.sleep(0.5)
-    raise AssertionError("the server never became ready")
-
-
 async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
     spark_tiny_checkpoint, tmp_path
 ):
@@ -405,7 +392,7 @@ async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
     children: list[psutil.Process] = []
     try:
         async with httpx.AsyncClient(base_url=url) as http:
-            await _until_ready(http, proc, log)
+            await until_ready(http, proc, log)
             children = psutil.Process(proc.pid).children(recursive=True)
             assert children, "the vLLM engine process should be a child of the server"
             async with RawClient.connect(f"ws://127.0.0.1:{port}/v1/audio/stream") as client:
@@ -465,7 +452,7 @@ async def test_serve_command_writes_no_key_and_no_variable_to_its_log(
     ws_url = f"ws://127.0.0.1:{port}/v1/audio/stream"
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=bearer) as http:
-            await _until_ready(http, proc, log)
+            await until_ready(http, proc, log)
             async with RawClient.connect(f"{ws_url}?api_key={key}") as client:
                 speak = {"type": "speak", "id": "inf", "text": "Hi.", "options": infinite}
                 await client.send(speak)

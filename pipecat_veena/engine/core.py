@@ -360,12 +360,18 @@ class VeenaEngine:
         return names
 
     def stats(self) -> dict[str, Any]:
-        """Live counters: active streams, vLLM's unfinished requests, decode batching."""
+        """Live counters: active streams, vLLM's unfinished requests, decode batching.
+
+        ``waiting_streams``: streams with no LLM token yet; ``decode_batch_sizes``: batches by
+        size.
+        """
         batch = self._batcher.stats() if self._batcher is not None else {}
         return {
             "active_streams": len(self._inflight),
             "unfinished_requests": self._generator.num_unfinished() if self._generator else 0,
+            "waiting_streams": sum(r.first_token_at is None for r in self._inflight.values()),
             "decode_batch_mean": batch.get("mean_batch_size", 0.0),
+            "decode_batch_sizes": batch.get("batch_sizes", {}),
             "decode_batches": batch.get("batches", 0),
             "requests": self._requests,
             "pinned_voices": sorted(self._format.voices.pinned) if self._format else [],

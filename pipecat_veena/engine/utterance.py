@@ -95,6 +95,7 @@ class Utterance:
         self.error: Exception | None = None
         self.first_audio_at: float | None = None
         self.first_code_at = 0.0
+        self.first_token_at: float | None = None  # perf_counter of the first LLM token
         self.last_decode_s = 0.0
         self.last_chunk_s = 0.0
         self.llm_request_id: str | None = None
@@ -194,6 +195,8 @@ class Utterance:
     def _plan(self, delta: Any, parser: Any) -> list[Any]:
         """Parse one delta of generated ids and plan the decodes it makes due."""
         self.tokens += len(delta.token_ids)
+        if self.first_token_at is None and delta.token_ids:
+            self.first_token_at = time.perf_counter()
         codes = parser.feed(delta.token_ids)
         if self.decoder is None and self._voice_known(parser):
             self.decoder = StreamDecoder(
@@ -278,7 +281,7 @@ class Utterance:
             self.first_audio_at = time.monotonic()
         return AudioChunk(
             to_pcm_bytes(samples), self.codec.sample_rate, self.tokens, self.prompt_tokens,
-            cut=self.cut,
+            cut=self.cut, queue_s=self.first_token_at - self.started,
         )  # fmt: skip
 
 

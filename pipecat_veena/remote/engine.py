@@ -266,11 +266,13 @@ class RemoteVeenaEngine:
         attempt = handovers = failures = 0
         while True:
             uid = f"{prefix}-{next(self._ids)}"
+            log = logger.bind(request_id=uid)  # the server's and engine's lines carry it too
             link = await self._link_for(attempt)
             pending = link.add(uid)
             audio = False
             try:
                 await link.speak(Speak(id=uid, text=text, voice=voice, options=options))
+                log.debug(f"{self}: {uid} sent to {link.url}")
                 while not isinstance(item := await self._next(pending, uid), End):
                     audio = True
                     yield AudioChunk(item.pcm, self.sample_rate, item.tokens)
@@ -294,14 +296,14 @@ class RemoteVeenaEngine:
                 attempt += 1
                 if handover:  # not started anywhere: a new connection, another server
                     handovers += 1
-                    logger.info(f"{self}: {uid} handed over, the server is draining ({e})")
+                    log.info(f"{self}: {uid} handed over, the server is draining ({e})")
                     if handovers > 1:  # refused again: give the balancer time to notice
                         delay = min(BACKOFF_FIRST_S * handovers, BACKOFF_MAX_S)
                         await asyncio.sleep(jittered(delay))
                 else:
                     failures += 1
                     where = "on the next server" if len(self._links) > 1 else "once"
-                    logger.warning(f"{self}: {uid} failed before any audio ({e}); retrying {where}")
+                    log.warning(f"{self}: {uid} failed before any audio ({e}); retrying {where}")
             finally:
                 if not pending.finished:
                     link.cancel(uid)

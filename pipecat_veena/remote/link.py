@@ -267,7 +267,9 @@ class Link:
             if pending is not None:
                 pending.finish(error_for(message.code, message.message))
         elif isinstance(message, Error):
-            logger.warning(f"{self.shown}: {message.code}: {message.message}")
+            logger.bind(request_id=message.id).warning(
+                f"{self.shown}: {message.code}: {message.message}"
+            )
         elif message is None:
             logger.debug(f"{self.shown} sent a message type this client does not know; ignored")
 

@@ -20,6 +20,7 @@ from loguru import logger
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from pipecat_veena.remote.protocol import ErrorCode
 from pipecat_veena.server.speech import SpeechRun
 from pipecat_veena.tasks import cancel_and_wait
 
@@ -76,16 +77,19 @@ class AudioPump:
 
     def stop(self, code: str) -> None:
         """Stop generating now (the engine request is aborted); ``next()`` then raises."""
+        if self.stop_code is None and not self._task.done():
+            self.run.server.metrics.cancels.labels("http", "drain").inc()
         self.stop_code = self.stop_code or code
         self._task.cancel()
 
     async def _produce(self, text: str) -> None:
         try:
-            async for pcm in self.run.segment(text):
-                await self._queue.put(pcm)
-            tail = self.run.finish()
-            if tail:
-                await self._queue.put(tail)
+            with logger.contextualize(**self.run.log_context):  # the engine's lines too
+                async for pcm in self.run.segment(text):
+                    await self._queue.put(pcm)
+                tail = self.run.finish()
+                if tail:
+                    await self._queue.put(tail)
         except Exception as e:
             self.error = e
 
@@ -159,7 +163,8 @@ class AudioStreamResponse(StreamingResponse):
                 await send({"type": "http.response.body", "body": b""})
         except TimeoutError:
             self.outcome[0] = "disconnected"
-            logger.warning(
+            self.pump.run.server.metrics.error("http", ErrorCode.SLOW_CLIENT)
+            logger.bind(**self.pump.run.log_context).warning(
                 f"speech server: a client did not read {self.pump.run.request_id} for "
                 f"{timeout:g} s; dropped it and aborted the request"
             )

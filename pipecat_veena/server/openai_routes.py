@@ -213,6 +213,7 @@ async def speech(request: Request) -> Response:
     except ProtocolError as e:
         if e.code != ErrorCode.UNAUTHORIZED:
             server.metrics.requests.labels("http", "rejected").inc()
+        server.metrics.error("http", e.code)
         return error_response(e)
     except ClientDisconnect:  # the client's business: one line, no traceback
         logger.info("speech server: a client disconnected before sending its whole request body")
@@ -222,10 +223,13 @@ async def speech(request: Request) -> Response:
         first = await pump.next()
     except PumpStopped as e:
         await pump.close("cancelled")
+        server.metrics.error("http", e.code)
         return error_response(ProtocolError(e.code, _stopped_message(e.code)))
     except Exception as e:
         await pump.close("failed")
-        return error_response(run.failure(e))
+        failure = run.failure(e)
+        server.metrics.error("http", failure.code)
+        return error_response(failure)
     except BaseException:
         await pump.close("disconnected")
         raise
@@ -267,8 +271,11 @@ async def _body(
             failure = pump.run.failure(e, what="ended early")
             code, message = failure.code, failure.message
         message = f"{message} (cut short after {pump.run.audio_seconds:.2f} s of audio)"
+        pump.run.server.metrics.error("http", code)
         if stopped:
-            logger.warning(f"speech server: {pump.run.request_id} ended early: {code}: {message}")
+            logger.bind(**pump.run.log_context).warning(
+                f"speech server: {pump.run.request_id} ended early: {code}: {message}"
+            )
         if sse:
             yield sse_event({"type": "error", "error": {"code": code, "message": message}})
         raise StreamAborted(f"{code}: {message}") from None

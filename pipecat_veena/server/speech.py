@@ -36,6 +36,7 @@ class SpeechRun:
         cancel: called with an error code when the server must stop this utterance (drain).
         whole_text: True when all the text was known at the start (its real-time factor is
             then a property of the engine, not of the client's typing speed).
+        client_id: the client's id of the utterance (a WebSocket ``speak`` id), if it gave one.
 
     Raises:
         ProtocolError: ``too_many_streams``.
@@ -53,6 +54,7 @@ class SpeechRun:
         cancel: Callable[[str], None],
         whole_text: bool = True,
         client: str | None = None,
+        client_id: str | None = None,
     ) -> None:
         # the resampler first: a slot is taken only once nothing else here can fail
         self.resampler = StreamResampler(server.engine.sample_rate, out_rate)
@@ -67,12 +69,21 @@ class SpeechRun:
         self.cancel = cancel
         self.whole_text = whole_text
         self.request_id = server.new_request_id(api)
+        #: What every log line about this utterance carries (``logger.contextualize``):
+        #: ``request_id``, the client's id where it gave one (a RemoteVeenaEngine logs the same
+        #: id), else the server's; ``server_request_id``, the server's (engine requests start
+        #: with it).
+        self.log_context = {
+            "request_id": client_id or self.request_id,
+            "server_request_id": self.request_id,
+        }
         self.tokens = 0
         self.samples = 0
         self.speakable = False  # some segment had something to say
         self.cut: str | None = None  # why the engine cut it short (AudioChunk.cut), if it did
         self.started = time.monotonic()
         self.first_audio_at: float | None = None
+        self.queue_s: float | None = None  # the engine's wait for its first token (AudioChunk)
         self.last_audio_at: float | None = None
         self.closed = False
         server.metrics.active_streams.labels(api).inc()
@@ -90,6 +101,9 @@ class SpeechRun:
         )
         async with aclosing(stream) as chunks:
             async for chunk in chunks:
+                if self.queue_s is None and chunk.queue_s is not None:
+                    self.queue_s = chunk.queue_s
+                    self.server.metrics.queue_wait.labels(self.api).observe(chunk.queue_s)
                 self.tokens = base + chunk.tokens
                 self.cut = self.cut or chunk.cut
                 pcm = self.resampler.resample(chunk.pcm)
@@ -113,10 +127,11 @@ class SpeechRun:
         """
         code = code_for(error)
         where = f"speech server: utterance {self.request_id} {what}"
-        if code == ErrorCode.INTERNAL:
-            log_failure(where, error)
-        else:
-            logger.warning(f"{where}: {code}: {error}")
+        with logger.contextualize(**self.log_context):
+            if code == ErrorCode.INTERNAL:
+                log_failure(where, error)
+            else:
+                logger.warning(f"{where}: {code}: {error}")
         return ProtocolError(code, client_message(code, error, self.request_id))
 
     def _count(self, pcm: bytes) -> None:
@@ -125,6 +140,9 @@ class SpeechRun:
             self.first_audio_at = now
         self.last_audio_at = now
         self.samples += len(pcm) // BYTES_PER_SAMPLE
+        if self.whole_text:  # (with text still arriving, gaps are the client's typing)
+            margin = self.audio_seconds - (now - self.first_audio_at)
+            self.server.metrics.real_time_margin.labels(self.api).observe(margin)
 
     @property
     def warning(self) -> str | None:
@@ -166,6 +184,15 @@ class SpeechRun:
         metrics.requests.labels(self.api, outcome).inc()
         if self.first_audio_at is not None:
             metrics.time_to_first_audio.labels(self.api).observe(self.ttfa_ms / 1000)
+        metrics.tokens.labels(self.api).inc(self.tokens)
+        logger.bind(**self.log_context).debug(
+            f"speech server: {self.request_id} {outcome}: {self.audio_seconds:.2f} s audio, "
+            f"{self.tokens} tokens, first audio after "
+            f"{'-' if self.ttfa_ms is None else f'{self.ttfa_ms:.0f} ms'}"
+        )
         if outcome == "completed" and self.whole_text and self.samples and self.last_audio_at:
             rtf = (self.last_audio_at - self.started) / self.audio_seconds
             metrics.real_time_factor.labels(self.api).observe(rtf)
+            generating_s = self.last_audio_at - self.started - (self.queue_s or 0.0)
+            if self.tokens and generating_s > 0:
+                metrics.tokens_per_second.labels(self.api).observe(self.tokens / generating_s)

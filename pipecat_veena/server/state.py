@@ -58,7 +58,7 @@ class SpeechServer:
         self.settings = settings
         self.owns_engine = owns_engine
         self.demo = demo
-        self.metrics = ServerMetrics(engine)
+        self.metrics = ServerMetrics(engine, settings.max_streams)
         self.slots = StreamSlots(settings)
         self.ready = False
         self.draining = False

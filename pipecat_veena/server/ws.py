@@ -95,6 +95,7 @@ class Connection:
         elif reason == "drain":
             await self._close_with(None, CLOSE_GOING_AWAY)
         elif reason == "slow":
+            metrics.error("ws", ErrorCode.SLOW_CLIENT)
             logger.warning(
                 f"speech server: a client ({self.key}) did not read for "
                 f"{self.settings.slow_client_timeout_s:g} s; dropped it and aborted its requests"
@@ -130,6 +131,8 @@ class Connection:
 
     async def _close_with(self, error: Error | None, code: int) -> None:
         timeout = self.settings.slow_client_timeout_s
+        if error is not None:
+            self.server.metrics.error("ws", error.code)
         try:
             if error is not None:
                 await asyncio.wait_for(self.ws.send_text(to_json(error)), timeout)
@@ -179,6 +182,7 @@ class Connection:
                     )
                 self._handle(text)
             except ProtocolError as e:
+                self.server.metrics.error("ws", e.code)
                 await self.outbox.put(to_json(Error(e.code, e.message, e.ref, e.ended)))
 
     def _handle(self, text: str) -> None:

@@ -6,6 +6,8 @@ import asyncio
 import time
 from typing import Protocol
 
+from loguru import logger
+
 from pipecat_veena.remote.protocol import (
     Done,
     Error,
@@ -65,6 +67,7 @@ class WsUtterance:
             out_rate=msg.sample_rate or server.engine.sample_rate,
             cancel=self._on_drain,
             whole_text=msg.final,
+            client_id=msg.id,
         )
         self.texts: asyncio.Queue[str | None] = asyncio.Queue()
         self.pending = ""
@@ -189,9 +192,12 @@ class WsUtterance:
     def _stopped(self) -> tuple[str, Done | Error | None]:
         """Outcome and last message of an utterance whose task was cancelled."""
         reason = self.stop_reason
+        cancels = self.conn.server.metrics.cancels
         if reason == "cancel":
+            cancels.labels("ws", "client").inc()
             return "cancelled", self._done("cancelled")
         if reason == "drain":
+            cancels.labels("ws", "drain").inc()
             message = (
                 "the server is shutting down and cancelled this utterance; retry it on another "
                 "server"
@@ -210,11 +216,17 @@ class WsUtterance:
         conn.utterances.pop(self.id, None)
         conn.last_activity = time.monotonic()
         self.run.close(outcome)
+        if isinstance(final, Error):
+            conn.server.metrics.error("ws", final.code)
         if final is not None:
             conn.outbox.push_control(to_json(final))
 
     async def _main(self) -> None:
         self._ran = True
+        with logger.contextualize(**self.run.log_context):  # the engine's lines too
+            await self._speak()
+
+    async def _speak(self) -> None:
         conn, run = self.conn, self.run
         outcome: str = "failed"
         final: Done | Error | None = None

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -63,6 +64,7 @@ class DecodeBatcher:
         self._task: asyncio.Task | None = None
         self._closed = False
         self._stats = {"batches": 0, "windows": 0, "frames": 0, "codec_calls": 0}
+        self._sizes: Counter[int] = Counter()  # batches by size
         self._decode_seconds = 0.0
 
     async def decode(self, window: CodecWindow) -> np.ndarray:
@@ -89,13 +91,17 @@ class DecodeBatcher:
             self._full.set_result(None)
         return await request.future
 
-    def stats(self) -> dict[str, float]:
-        """Counters: batches, windows, frames, codec_calls, decode_seconds, mean_batch_size."""
+    def stats(self) -> dict[str, Any]:
+        """Counters: batches, windows, frames, codec_calls, decode_seconds, mean_batch_size.
+
+        ``batch_sizes`` maps each batch size to how many batches had it.
+        """
         batches = self._stats["batches"]
         return {
             **self._stats,
             "decode_seconds": self._decode_seconds,
             "mean_batch_size": self._stats["windows"] / batches if batches else 0.0,
+            "batch_sizes": dict(self._sizes),
         }
 
     async def close(self) -> None:
@@ -139,6 +145,7 @@ class DecodeBatcher:
                         request.future.set_result(result)
                 self._stats["batches"] += 1
                 self._stats["windows"] += len(windows)
+                self._sizes[len(windows)] += 1
                 self._stats["frames"] += sum(w.num_frames for w in windows)
                 self._inflight = []
         except asyncio.CancelledError:
