@@ -272,7 +272,7 @@ class RemoteVeenaEngine:
             audio = False
             try:
                 await link.speak(Speak(id=uid, text=text, voice=voice, options=options))
-                log.debug(f"{self}: {uid} sent to {link.url}")
+                log.debug(f"{self}: {uid} sent to {link.shown}")
                 while not isinstance(item := await self._next(pending, uid), End):
                     audio = True
                     yield AudioChunk(item.pcm, self.sample_rate, item.tokens)
