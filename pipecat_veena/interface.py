@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE
+from pipecat_veena.timing import WordTiming
 
 __all__ = ["AudioChunk", "SpeechEngine"]
 
@@ -27,6 +28,11 @@ class AudioChunk:
         prompt_tokens: prompt tokens of the request's LLM calls up to this chunk.
         cut: why the utterance was cut short, on the chunks decoded after it was: "loop_guard"
             (the model repeated itself) or "token_cap" (a part hit its cap on tokens); None.
+        words: words of the text as written whose audio is complete by the end of this chunk
+            (or of an earlier one), each timed in seconds from the utterance's first sample.
+            Estimates (``pipecat_veena.timing.align_words`` on each part's generated audio;
+            part boundaries are exact). A part cut short (loop guard, token cap) reports no
+            words; engines that do not time words (``times_words`` False) report none.
     """
 
     pcm: bytes
@@ -34,6 +40,7 @@ class AudioChunk:
     tokens: int
     prompt_tokens: int = 0
     cut: str | None = None
+    words: tuple[WordTiming, ...] = ()
 
     @property
     def num_samples(self) -> int:
@@ -68,6 +75,11 @@ class SpeechEngine(Protocol):
     @property
     def voices(self) -> list[str]:
         """Voice names of the loaded model, default first."""
+        ...
+
+    @property
+    def times_words(self) -> bool:
+        """True when ``AudioChunk.words`` carries the word timings of the text as written."""
         ...
 
     @property

@@ -352,6 +352,8 @@ def align_words(
     audio: np.ndarray | bytes,
     sample_rate: int,
     language: str = "auto",
+    *,
+    assume_speech: bool = False,
 ) -> list[WordTiming]:
     """Estimate where each written word of ``text`` is spoken in ``audio``.
 
@@ -360,10 +362,13 @@ def align_words(
         audio: mono speech: float samples in [-1, 1], int16 samples, or int16 PCM bytes.
         sample_rate: the audio's rate in Hz.
         language: "auto" (from the script), "hi" or "en": how numbers and codes are read.
+        assume_speech: the audio is known to say the text (the engine's own output): where the
+            detector finds no speech in it (a level with no pauses or dips, as a synthetic
+            model's), the words share the whole audio by their units instead of getting none.
 
     Returns:
         One ``WordTiming`` per written word, in order, with non-decreasing times inside the audio;
-        empty when the text has no words or the audio no speech.
+        empty when the text has no words or the audio no speech (or none at all).
 
     Raises:
         ValueError: an unknown ``language`` or a sample rate that is not positive.
@@ -378,6 +383,8 @@ def align_words(
     db, hop = _frame_db(_as_float(audio), sample_rate)
     sec = hop / sample_rate
     found = _speech(db, sec)
+    if found is None and assume_speech and db.size:
+        found = (0.0, db.size * sec, [], None)
     if found is None:
         return []
     start, end, pauses, _ = found
