@@ -67,7 +67,7 @@ async def test_interrupted_turn_keeps_the_words_that_played(engine, text):
     missing entirely)."""
     rng = random.Random(len(text))
     failures = []
-    moments = [rng.uniform(0.3, 6.0) for _ in range(4)]
+    moments = [rng.uniform(0.1, 5.0) for _ in range(4)]
     for at in moments:
         said, spoken, played = await interrupted_turn(engine, text, at)
         problem = judge(said, text, spoken, played)
