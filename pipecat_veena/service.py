@@ -163,8 +163,8 @@ class VeenaTTSService(TTSService):
         if settings is not None:
             defaults.apply_update(settings)
         kwargs.setdefault("stop_frame_timeout_s", STOP_FRAME_TIMEOUT_S)
-        self._times_words = bool(getattr(engine, "times_words", False))
-        kwargs.setdefault("push_text_frames", not self._times_words)
+        kwargs.setdefault("push_text_frames", not getattr(engine, "times_words", False))
+        self._times_words = not kwargs["push_text_frames"]  # report words, or sentences
         super().__init__(
             push_start_frame=True,
             push_stop_frames=True,
