@@ -120,6 +120,11 @@ class EngineThread:
         return self.engine.voices
 
     @property
+    def times_words(self) -> bool:
+        """Whether the hosted engine's chunks carry word timings (they pass through as they are)."""
+        return self.engine.times_words
+
+    @property
     def emotion_tags(self) -> tuple[str, ...]:
         """Inline tags the hosted model understands."""
         return self.engine.emotion_tags

@@ -13,7 +13,24 @@ from typing import Any, Protocol, runtime_checkable
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE
 
-__all__ = ["AudioChunk", "SpeechEngine"]
+__all__ = ["AudioChunk", "SpeechEngine", "WordTiming"]
+
+
+@dataclass(frozen=True)
+class WordTiming:
+    """One written word and where it is spoken (an estimate).
+
+    Attributes:
+        word: the word as written in the text (with its attached punctuation).
+        start: seconds from the first sample of the audio to the word's start.
+        end: seconds to its end (the next word's start, or the start of the pause after it).
+        offset: index of the word's first character in the text.
+    """
+
+    word: str
+    start: float
+    end: float
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -29,6 +46,11 @@ class AudioChunk:
             (the model repeated itself) or "token_cap" (a part hit its cap on tokens); None.
         queue_s: seconds from the engine taking the request to its first LLM token (waiting
             for a vLLM slot, plus prefill); None when unknown (a remote engine).
+        words: words of the text as written whose audio is complete by the end of this chunk
+            (or of an earlier one), each timed in seconds from the utterance's first sample.
+            Estimates (``pipecat_veena.timing.align_words`` on each part's generated audio;
+            part boundaries are exact). A part cut short (loop guard, token cap) reports no
+            words; engines that do not time words (``times_words`` False) report none.
     """
 
     pcm: bytes
@@ -37,6 +59,7 @@ class AudioChunk:
     prompt_tokens: int = 0
     cut: str | None = None
     queue_s: float | None = None
+    words: tuple[WordTiming, ...] = ()
 
     @property
     def num_samples(self) -> int:
@@ -71,6 +94,11 @@ class SpeechEngine(Protocol):
     @property
     def voices(self) -> list[str]:
         """Voice names of the loaded model, default first."""
+        ...
+
+    @property
+    def times_words(self) -> bool:
+        """True when ``AudioChunk.words`` carries the word timings of the text as written."""
         ...
 
     @property

@@ -32,6 +32,7 @@ from livekit.agents import (
     utils,
 )
 from livekit.agents import __version__ as _LIVEKIT_VERSION
+from livekit.agents.types import TimedString
 from loguru import logger
 
 from pipecat_veena.engine import voice_with_levels
@@ -136,7 +137,11 @@ class VeenaTTS(tts.TTS):
         if sample_rate <= 0:
             raise ValueError(f"sample_rate must be a positive rate in Hz, got {sample_rate}")
         super().__init__(
-            capabilities=tts.TTSCapabilities(streaming=True),
+            # Aligned: the engine times each written word (AgentSession then truncates an
+            # interrupted reply at the word played when use_tts_aligned_transcript=True).
+            capabilities=tts.TTSCapabilities(
+                streaming=True, aligned_transcript=bool(getattr(engine, "times_words", False))
+            ),
             sample_rate=sample_rate,
             num_channels=1,
         )
@@ -307,6 +312,7 @@ class _Attempt:
         self.tokens = 0
         self.prompt_tokens = 0
         self.resampler: StreamResampler | None = None
+        self.seconds = 0.0  # audio of this attempt so far (word times are counted from its start)
 
     def _retryable(self, error: Exception) -> bool:
         return not isinstance(error, _PERMANENT) and (self.retry_after_audio or not self.pushed)
@@ -327,9 +333,22 @@ class _Attempt:
                 text, self.opts.voice_name(), request_id=self.request_id, **self.opts.sampling()
             )
             last: AudioChunk | None = None
+            offset = self.seconds
             async with aclosing(stream) as chunks, asyncio.timeout(self.timeout) as deadline:
                 async for last in chunks:
                     self._push(last.pcm)
+                    self.seconds += last.duration
+                    if last.words:  # behind their audio: each word's audio exists
+                        self.emitter.push_timed_transcript(
+                            [
+                                TimedString(
+                                    f"{w.word} ",
+                                    start_time=offset + w.start,
+                                    end_time=offset + w.end,
+                                )
+                                for w in last.words
+                            ]
+                        )
                     waited = "the next chunk"
                     if self.timeout is not None:
                         deadline.reschedule(asyncio.get_running_loop().time() + self.timeout)

@@ -6,6 +6,8 @@ The engine is anything that implements ``SpeechEngine`` (interface.py): the in-p
 
 from __future__ import annotations
 
+import bisect
+import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -75,6 +77,14 @@ class VeenaTTSService(TTSService):
     speakable (empty, markup only) never reaches the engine. Text arrives in sentences
     (Pipecat's default ``SENTENCE`` aggregation): an LLM-TTS model speaks whole sentences, and
     ``TOKEN`` mode is refused.
+
+    Words: over an engine that times words (``engine.times_words``: the in-process engine and
+    ``EngineThread``), the service reports every written word with its estimated start through
+    Pipecat's word-timestamp path (``push_text_frames=False``, ``add_word_timestamps``). The
+    transport then releases each word as its audio plays, so an interrupted turn leaves the
+    words heard so far in the assistant's context, not the whole sentence nor nothing. Over
+    other engines (``RemoteVeenaEngine``, for now) the base class pushes one ``TTSTextFrame``
+    per sentence after its audio.
 
     Example::
 
@@ -153,6 +163,8 @@ class VeenaTTSService(TTSService):
         if settings is not None:
             defaults.apply_update(settings)
         kwargs.setdefault("stop_frame_timeout_s", STOP_FRAME_TIMEOUT_S)
+        kwargs.setdefault("push_text_frames", not getattr(engine, "times_words", False))
+        self._times_words = not kwargs["push_text_frames"]  # report words, or sentences
         super().__init__(
             push_start_frame=True,
             push_stop_frames=True,
@@ -163,6 +175,8 @@ class VeenaTTSService(TTSService):
         self._engine = engine
         self._normalize = normalize
         self._dead_reported = False
+        # Each open context's audio so far: word times are cumulative within a turn.
+        self._timelines: dict[str, _Timeline] = {}
         self._check_settings()
         # Runs after any user transforms: unspeakable text then never opens an audio context.
         self.add_text_transformer(_drop_unspeakable, "*")
@@ -279,6 +293,8 @@ class VeenaTTSService(TTSService):
         resampler = StreamResampler(self._engine.sample_rate, self.sample_rate)
         framer = ProgressiveFramer(self.sample_rate)
         spoke = False
+        timeline = self._timelines.setdefault(context_id, _Timeline())
+        offset = timeline.seconds  # where this utterance starts in its context's audio
         try:
             stream = self._engine.stream(
                 text, self._voice_name(), request_id=context_id, **self._options()
@@ -287,9 +303,17 @@ class VeenaTTSService(TTSService):
                 async for chunk in chunks:
                     for piece in framer.split(resampler.resample(chunk.pcm)):
                         spoke = True
+                        timeline.add(len(piece) / (2 * self.sample_rate))
                         yield TTSAudioRawFrame(piece, self.sample_rate, 1, context_id=context_id)
+                    if chunk.words and self._times_words:
+                        # Queued behind the audio just yielded: each word's audio exists.
+                        await self.add_word_timestamps(
+                            [(w.word, timeline.at(offset + w.start)) for w in chunk.words],
+                            context_id,
+                        )
             tail = resampler.flush()
             if tail:
+                timeline.add(len(tail) / (2 * self.sample_rate))
                 yield TTSAudioRawFrame(tail, self.sample_rate, 1, context_id=context_id)
         except (EngineDeadError, EngineNotRunningError) as e:
             await self._report_dead(e)
@@ -314,9 +338,15 @@ class VeenaTTSService(TTSService):
 
         Belt and braces: the base also cancels ``run_tts``, which aborts them.
         """
+        self._timelines.pop(context_id, None)
         aborted = await self._engine.abort(context_id)
         if aborted:
             logger.debug(f"{self}: aborted {aborted} engine request(s) of {context_id}")
+
+    async def on_audio_context_completed(self, context_id: str) -> None:
+        """Forget a finished context's audio length (word times restart with the next)."""
+        self._timelines.pop(context_id, None)
+        await super().on_audio_context_completed(context_id)
 
     async def _report_dead(self, error: Exception) -> None:
         """Report an engine that cannot serve as a permanent error, once."""
@@ -325,6 +355,38 @@ class VeenaTTSService(TTSService):
         self._dead_reported = True
         logger.error(f"{self}: {error}")
         await self.push_error(str(error), exception=error, force_treat_as_permanent=True)
+
+
+class _Timeline:
+    """One context's audio as the transport plays it: its length and where playback stalled.
+
+    Pipecat times a word from the moment the context's first audio left the service, plus the
+    word's time in the audio. A transport plays audio as it arrives, so when generation falls
+    behind real time (a loaded machine) its buffer runs dry and later audio plays late by the
+    time it waited: words in that audio are shifted by the same amount, so that none is
+    released before it plays.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0  # audio yielded so far
+        self._first: float | None = None  # when the first audio was yielded
+        self._stalls: list[tuple[float, float]] = [(0.0, 0.0)]  # (audio second, delay from it)
+
+    def add(self, seconds: float) -> None:
+        """Note audio about to be yielded (``seconds`` long)."""
+        now = time.monotonic()
+        if self._first is None:
+            self._first = now
+        else:
+            delay = now - self._first - self.seconds  # > 0: the transport ran dry
+            if delay > self._stalls[-1][1]:
+                self._stalls.append((self.seconds, delay))
+        self.seconds += seconds
+
+    def at(self, t: float) -> float:
+        """The time to report for second ``t`` of the audio: ``t`` plus the stalls before it."""
+        i = bisect.bisect_right(self._stalls, t, key=lambda stall: stall[0]) - 1
+        return t + self._stalls[max(i, 0)][1]
 
 
 async def _drop_unspeakable(text: str, text_type: str) -> str:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from loguru import logger
 from sentencex import segment
@@ -141,33 +143,81 @@ def complete_sentences(text: str) -> tuple[str, str]:
     return text[:cut], text[cut:]
 
 
-def split_text(text: str, max_chars: int = DEFAULT_MAX_PART_CHARS) -> list[str]:
-    """Split text into speakable parts of at most ``max_chars`` characters.
+@dataclass(frozen=True)
+class Part:
+    """One prompt of an utterance and the written text it speaks.
 
-    Sentences are kept whole where they fit and packed greedily together; a longer sentence is
-    split at clauses, then at word boundaries. Parts with nothing speakable are dropped.
+    Attributes:
+        spoken: the text given to the model (the spoken form when normalising).
+        written: the caller's text whose words end in this part, as written; "" while they
+            continue into the next part (a long sentence split at clauses or words, and the
+            sentences packed with its pieces, are timed together once its last piece is spoken).
+    """
+
+    spoken: str
+    written: str
+
+
+def split_parts(
+    text: str,
+    max_chars: int = DEFAULT_MAX_PART_CHARS,
+    speak: Callable[[str], str] | None = None,
+) -> list[Part]:
+    """Split text into speakable parts of at most ``max_chars`` spoken characters.
+
+    Sentences of the written text are turned into their spoken form one by one (``speak``), kept
+    whole where they fit and packed greedily together; a longer sentence is split at clauses,
+    then at word boundaries. Parts with nothing speakable are dropped.
 
     Args:
         text: the text to say (any script).
         max_chars: the length budget of one part.
+        speak: the spoken form of one written sentence (None: as written).
 
     Returns:
         The parts, in order; empty when nothing is speakable.
     """
     if max_chars < 1:
         raise ValueError(f"max_chars must be >= 1, got {max_chars}")
-    pieces: list[str] = []
+    pieces: list[tuple[str, str]] = []  # (spoken piece, written sentence it ends, or "")
     for sentence in split_sentences(normalize(text)):
-        sentence = sentence.strip()
-        if sentence:
-            pieces.extend(_split_long(sentence, max_chars))
-    parts: list[str] = []
+        written = sentence.strip()
+        if not written:
+            continue
+        spoken = normalize(speak(written)) if speak is not None else written
+        split = _split_long(spoken, max_chars) or [""]
+        pieces.extend(
+            (piece, written if i == len(split) - 1 else "") for i, piece in enumerate(split)
+        )
+    packed: list[list[tuple[str, str]]] = []
     for piece in pieces:
-        if parts and len(parts[-1]) + 1 + len(piece) <= max_chars:
-            parts[-1] = f"{parts[-1]} {piece}"
+        if packed and sum(len(p) + 1 for p, _ in packed[-1]) + len(piece[0]) <= max_chars:
+            packed[-1].append(piece)
         else:
-            parts.append(piece)
-    return [p for p in parts if is_speakable(p)]
+            packed.append([piece])
+    parts: list[Part] = []
+    pending: list[str] = []  # written sentences whose group is not closed yet
+    for group in packed:
+        pending += [w for _, w in group if w]
+        spoken = " ".join(p for p, _ in group if p)
+        closed = bool(group[-1][1])
+        written = " ".join(pending) if closed else ""
+        if closed:
+            pending = []
+        if is_speakable(spoken):
+            parts.append(Part(spoken, written))
+        elif written and parts:  # nothing to say: its words (if any) go with the part before
+            last = parts[-1]
+            parts[-1] = Part(last.spoken, f"{last.written} {written}".strip())
+    if pending and parts:
+        last = parts[-1]
+        parts[-1] = Part(last.spoken, f"{last.written} {' '.join(pending)}".strip())
+    return parts
+
+
+def split_text(text: str, max_chars: int = DEFAULT_MAX_PART_CHARS) -> list[str]:
+    """The spoken texts of ``split_parts(text, max_chars)`` (the text as written)."""
+    return [part.spoken for part in split_parts(text, max_chars)]
 
 
 def max_speech_seconds(text: str) -> float:

@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from dataclasses import dataclass
 
 import numpy as np
 
+from pipecat_veena.interface import WordTiming
 from pipecat_veena.normalize import LANGUAGES, normalize, sentence_language
 
 __all__ = ["WordTiming", "align_words", "find_speech", "split_words", "spoken_units"]
@@ -70,23 +70,6 @@ NO_PUNCT_PAUSE_COST = 1.5
 SKIP_COST = 20.0
 #: Most pauses one word segment may hold inside it.
 MAX_SKIPPED = 6
-
-
-@dataclass(frozen=True)
-class WordTiming:
-    """One written word and where it is spoken (an estimate).
-
-    Attributes:
-        word: the word as written in the text (with its attached punctuation).
-        start: seconds from the first sample of the audio to the word's start.
-        end: seconds to its end (the next word's start, or the start of the pause after it).
-        offset: index of the word's first character in the text.
-    """
-
-    word: str
-    start: float
-    end: float
-    offset: int
 
 
 def split_words(text: str) -> list[tuple[int, int]]:
@@ -352,6 +335,8 @@ def align_words(
     audio: np.ndarray | bytes,
     sample_rate: int,
     language: str = "auto",
+    *,
+    assume_speech: bool = False,
 ) -> list[WordTiming]:
     """Estimate where each written word of ``text`` is spoken in ``audio``.
 
@@ -360,10 +345,13 @@ def align_words(
         audio: mono speech: float samples in [-1, 1], int16 samples, or int16 PCM bytes.
         sample_rate: the audio's rate in Hz.
         language: "auto" (from the script), "hi" or "en": how numbers and codes are read.
+        assume_speech: the audio is known to say the text (the engine's own output): where the
+            detector finds no speech in it (a level with no pauses or dips, as a synthetic
+            model's), the words share the whole audio by their units instead of getting none.
 
     Returns:
         One ``WordTiming`` per written word, in order, with non-decreasing times inside the audio;
-        empty when the text has no words or the audio no speech.
+        empty when the text has no words or the audio no speech (or none at all).
 
     Raises:
         ValueError: an unknown ``language`` or a sample rate that is not positive.
@@ -378,6 +366,8 @@ def align_words(
     db, hop = _frame_db(_as_float(audio), sample_rate)
     sec = hop / sample_rate
     found = _speech(db, sec)
+    if found is None and assume_speech and db.size:
+        found = (0.0, db.size * sec, [], None)
     if found is None:
         return []
     start, end, pauses, _ = found

@@ -133,3 +133,31 @@ async def test_closing_mid_utterance_leaves_no_unfinished_request(livekit_engine
     await stream.aclose()
     stats = engine.stats()
     assert stats["unfinished_requests"] == 0 and stats["active_streams"] == 0
+
+
+async def test_stream_carries_each_written_word_timed_behind_its_audio(livekit_engine):
+    """Aligned transcript: every written word of every sentence (₹1,250 as one), as a
+    TimedString on a frame at or after the end of its audio, times counted from the segment's
+    start (cumulative over its sentences)."""
+    from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
+
+    engine, _ = livekit_engine
+    tts = VeenaTTS(engine, seed=7)
+    assert tts.capabilities.aligned_transcript
+    text = "आपका बिल ₹1,250 है। Please pay it by Monday, thank you."
+    async with tts.stream() as stream:
+        stream.push_text(text)
+        stream.flush()
+        frames = [ev async for ev in stream]
+    final = [ev for ev in frames if ev.request_id == frames[-1].request_id]  # the last attempt
+    seconds, timed = 0.0, []
+    for ev in final:
+        seconds += ev.frame.duration
+        for word in ev.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, []):
+            # (LiveKit's emitter may leave out a last partial 10 ms frame of the audio)
+            assert word.end_time <= seconds + 0.011, f"{word!r} came before its audio"
+            timed.append(word)
+    assert [w.strip() for w in timed] == text.split()
+    starts = [w.start_time for w in timed]
+    assert starts == sorted(starts) and all(w.start_time <= w.end_time for w in timed)
+    assert timed[-1].end_time > 0.5 * seconds  # the second sentence counts from the segment start

@@ -117,7 +117,9 @@ async def test_llm_turn_is_one_context(tmp_path):
     assert len({f.context_id for f in audio}) == 1
     assert sum(len(f.audio) for f in audio) == 3 * 50 * 320 * 2
     assert _types(down).count(TTSStartedFrame) == 1
-    assert _types(down).count(TTSTextFrame) == 3
+    # One TTSTextFrame per written word (the word-timestamp path), in order, behind its audio.
+    words = [f.text for f in down if isinstance(f, TTSTextFrame)]
+    assert words == ["Hello", "there.", "How", "are", "you", "today?", "नमस्ते।"]
     await engine.shutdown()
 
 

@@ -9,6 +9,7 @@ from pipecat_veena.text import (
     complete_sentences,
     is_speakable,
     max_speech_seconds,
+    split_parts,
     split_sentences,
     split_text,
 )
@@ -118,3 +119,26 @@ def test_a_complete_sentence_is_cut_before_the_next_word_arrives():
     assert complete_sentences("Wow! ") == ("Wow! ", "")
     for waiting in ("Please pay Rs. ", "Call Dr. ", "Come at 10 a.m. ", "Hello there.", "Ok… "):
         assert complete_sentences(waiting) == ("", waiting)
+
+
+def test_parts_know_the_written_text_they_speak():
+    """Each part carries the written sentences that end in it; a long sentence split at clauses
+    carries its written text on its last piece (its words are timed together)."""
+    spoken = {"Pay ₹1,250 now.": "Pay one thousand two hundred fifty rupees now."}
+    text = "Hi. Pay ₹1,250 now. Thanks, see you soon, bye."
+    parts = split_parts(text, max_chars=30, speak=lambda s: spoken.get(s, s))
+    assert [p.spoken for p in parts] == [
+        "Hi.",
+        "Pay one thousand two hundred",
+        "fifty rupees now. Thanks,",
+        "see you soon, bye.",
+    ]
+    # "Pay ₹1,250 now." and "Thanks, ..." share part 3, which does not end a sentence: the
+    # written text waits for the part that closes the group.
+    assert [p.written for p in parts] == [
+        "Hi.",
+        "",
+        "",
+        "Pay ₹1,250 now. Thanks, see you soon, bye.",
+    ]
+    assert split_text(text, max_chars=30) == [p.spoken for p in split_parts(text, max_chars=30)]

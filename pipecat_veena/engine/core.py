@@ -1,7 +1,8 @@
 """VeenaEngine: one shared, in-process engine turning text into streamed audio chunks.
 
-Flow of one request: text -> spoken form (numbers, dates, codes as words; pipecat_veena.normalize)
--> parts (sentences within a length budget) -> prompt ids -> vLLM
+Flow of one request: text -> sentences -> spoken form (numbers, dates, codes as words;
+pipecat_veena.normalize) -> parts (sentences within a length budget, each knowing the written
+text it speaks, for word timings) -> prompt ids -> vLLM
 tokens -> parser (globals / semantics, or SNAC codes) -> StreamDecoder windows -> DecodeBatcher
 (codec on a worker thread, batched across streams) -> int16 PCM chunks at the codec's rate.
 All state is per request. The engine knows nothing of Pipecat: the service, the CLI and the
@@ -14,7 +15,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import fields, replace
 from pathlib import Path
@@ -35,10 +36,10 @@ from pipecat_veena.errors import (
     EnrolmentError,
 )
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
-from pipecat_veena.normalize import LANGUAGES, Lexicon
+from pipecat_veena.normalize import LANGUAGES, Lexicon, sentence_language
 from pipecat_veena.normalize import normalize as normalize_text
 from pipecat_veena.streaming import StreamConfig
-from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, split_text
+from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, Part, split_parts
 
 if TYPE_CHECKING:
     from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
@@ -213,6 +214,11 @@ class VeenaEngine:
     def is_running(self) -> bool:
         """True between ``start()`` and ``shutdown()`` while the LLM backend is healthy."""
         return self._running and self._generator is not None and self._generator.is_running
+
+    @property
+    def times_words(self) -> bool:
+        """True: chunks carry the words of the text as written, timed (``AudioChunk.words``)."""
+        return True
 
     @property
     def model_name(self) -> str:
@@ -462,7 +468,7 @@ class VeenaEngine:
             logger.debug(f"{self}: nothing speakable in {text!r}")
             return
         rid = f"{request_id or 'tts'}-{uuid.uuid4().hex[:12]}"
-        request = Utterance(self._parts, rid, voice_obj, options, max_tokens)
+        request = Utterance(self._parts, rid, voice_obj, options, max_tokens, language=language)
         self._inflight[rid] = request
         self._requests += 1
         try:
@@ -472,14 +478,31 @@ class VeenaEngine:
         finally:
             del self._inflight[rid]
 
-    def _model_texts(self, fmt: ModelFormat, text: str, spoken: bool, language: str) -> list[str]:
-        """The model's texts for ``text``: cleaned, normalised when ``spoken``, split in parts."""
-        text = fmt.clean_text(text)  # injected control strings must not shape the parts either
-        if spoken:
-            text = normalize_text(text, language, lexicon=self._lexicon)  # per sentence
-        return split_text(
-            text, self.config.max_part_chars or fmt.voices.max_part_chars or DEFAULT_MAX_PART_CHARS
+    def _model_texts(self, fmt: ModelFormat, text: str, spoken: bool, language: str) -> list[Part]:
+        """The model's parts for ``text``.
+
+        Cleaned, split in sentences, each normalised when ``spoken``, packed in parts that know
+        the written text they speak.
+        """
+        written = fmt.clean_text(text)  # injected control strings must not shape the parts either
+        return split_parts(
+            written,
+            self.config.max_part_chars or fmt.voices.max_part_chars or DEFAULT_MAX_PART_CHARS,
+            self._speaker(written, language) if spoken else None,
         )
+
+    def _speaker(self, text: str, language: str) -> Callable[[str], str]:
+        """The spoken form of one sentence of ``text``, as ``normalize`` gives it in context.
+
+        In "auto", a sentence with no words of its own is read in the language of the whole text.
+        """
+        default = sentence_language(text) or "en"
+
+        def speak(sentence: str) -> str:
+            lang = language if language != "auto" else sentence_language(sentence) or default
+            return normalize_text(sentence, lang, lexicon=self._lexicon)
+
+        return speak
 
     async def abort(self, request_id: str) -> int:
         """Stop every in-flight stream started with ``request_id``; returns how many.

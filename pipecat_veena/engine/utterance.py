@@ -6,12 +6,15 @@ one ``stream()`` call; nothing is shared between calls except through ``EnginePa
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 from loguru import logger
 
 from pipecat_veena.audio import to_pcm_bytes
@@ -25,6 +28,8 @@ from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.generation.base import MAX_SEED
 from pipecat_veena.interface import AudioChunk
 from pipecat_veena.streaming import StreamConfig, StreamDecoder, should_hurry
+from pipecat_veena.text import Part
+from pipecat_veena.timing import WordTiming, align_words
 
 #: A code stream periodic over this many seconds is a loop; periods up to LOOP_PERIOD_S count.
 LOOP_WINDOW_S = 3.0
@@ -61,6 +66,7 @@ class Utterance:
         voice: the resolved voice.
         options: sampling options (the family's defaults with the caller's overrides).
         max_tokens: the caller's cap on tokens per part, if any.
+        language: how the text's numbers and codes are read ("auto", "hi", "en"), for timing.
     """
 
     def __init__(
@@ -70,8 +76,11 @@ class Utterance:
         voice: Voice,
         options: SamplingOptions,
         max_tokens: int | None,
+        *,
+        language: str = "auto",
     ) -> None:
         self.shared = shared
+        self.language = language
         self.config = shared.config
         self.max_tokens = max_tokens
         self.fmt = shared.fmt
@@ -103,16 +112,28 @@ class Utterance:
         self.guard = RepetitionGuard(
             window=round(LOOP_WINDOW_S * self.rate), max_period=round(LOOP_PERIOD_S * self.rate)
         )
+        # Word timing: a group (parts up to one whose written text closes it) is aligned once
+        # its audio is complete, off the loop; its words ride the next chunk after that.
+        self._groups: deque[tuple[int, str | None]] = deque()  # (end sample, written or None)
+        self._group_start = 0  # first sample of the group being spoken
+        self._group_audio: list[np.ndarray] = []  # its samples so far
+        self._written_at = 0  # offset of the group's written text in the utterance's
+        self._spoiled = False  # a part of the open group was cut short: no words for it
+        self._timing: deque[asyncio.Future[list[WordTiming]]] = deque()
 
-    async def run(self, parts: list[str]) -> AsyncIterator[AudioChunk]:
+    async def run(self, parts: list[Part]) -> AsyncIterator[AudioChunk]:
         """Speak the parts in order, one voice throughout; yields int16 chunks."""
         if self.config.log_requests:
             logger.info(f"{self.rid}: voice={self.voice.name} parts={len(parts)}")
         for index, part in enumerate(parts):
-            async with aclosing(self._run_part(index, part)) as chunks:
+            capped = self.capped
+            async with aclosing(self._run_part(index, part.spoken)) as chunks:
                 async for chunk in chunks:
                     yield chunk
-            if self.guard.tripped or self.aborted:
+            if self.aborted:
+                break
+            self._end_part(part, cut=self.guard.tripped or self.capped and not capped)
+            if self.guard.tripped:
                 break
         if self.aborted:
             logger.debug(f"{self.rid}: aborted")
@@ -120,14 +141,18 @@ class Utterance:
                 raise self.error
             return
         if self.decoder is not None:
-            for job in self.decoder.plan_finish():
-                chunk = await self._decode(job)
+            jobs = self.decoder.plan_finish()
+            for i, job in enumerate(jobs):
+                chunk = await self._decode(job, last=i == len(jobs) - 1)
                 if chunk is not None:
                     yield chunk
         if self.samples == 0:
             raise NoAudioError(
-                f"{self.rid}: the model produced no audio for speakable text {parts[0][:60]!r}"
+                f"{self.rid}: the model produced no audio for speakable text "
+                f"{parts[0].spoken[:60]!r}"
             )
+        if self._timing:
+            logger.debug(f"{self.rid}: no chunk left to carry the last words' timings")
         if self.captured and self.config.pin_voices and not (self.guard.tripped or self.capped):
             self.fmt.voices.offer_pin(self.voice, self.voiceprint)
         logger.debug(
@@ -268,7 +293,12 @@ class Utterance:
             return self.voice.globals
         return self.voiceprint.globals
 
-    async def _decode(self, job: Any) -> AudioChunk | None:
+    async def _decode(self, job: Any, *, last: bool = False) -> AudioChunk | None:
+        """Decode one job into a chunk.
+
+        The utterance's ``last`` chunk waits for the last words' timings (they need all of the
+        audio; a few milliseconds, while the listener plays what came before).
+        """
         started = time.monotonic()
         audio = await self.shared.batcher.decode(job.window)
         self.last_decode_s = time.monotonic() - started
@@ -279,10 +309,72 @@ class Utterance:
         self.samples += len(samples)
         if self.first_audio_at is None:
             self.first_audio_at = time.monotonic()
+        self._time_words(samples)
+        if last and self._timing:
+            await asyncio.wait(self._timing)
         return AudioChunk(
             to_pcm_bytes(samples), self.codec.sample_rate, self.tokens, self.prompt_tokens,
             cut=self.cut, queue_s=self.first_token_at - self.started,
+            words=self._timed_words(),
         )  # fmt: skip
+
+    def _end_part(self, part: Part, *, cut: bool) -> None:
+        """Note where a finished part's audio ends; a closed group is timed once it is decoded.
+
+        Args:
+            part: the part that just finished generating.
+            cut: it was cut short (loop guard, token cap): its group reports no words.
+        """
+        self._spoiled = self._spoiled or cut
+        if not part.written:
+            return
+        end = self.decoder.frames_received * self.codec.samples_per_frame if self.decoder else 0
+        self._groups.append((end, None if self._spoiled else part.written))
+        self._spoiled = False
+        if not self._groups[-1][1]:
+            logger.debug(f"{self.rid}: part cut short: its words are not timed")
+
+    def _time_words(self, samples: np.ndarray) -> None:
+        """Keep the group's audio; start timing each group whose audio is now complete."""
+        self._group_audio.append(samples)
+        while self._groups and self._groups[0][0] <= self.samples:
+            end, written = self._groups.popleft()
+            audio = np.concatenate(self._group_audio)
+            split = end - self._group_start
+            self._group_audio = [audio[split:]] if split < len(audio) else []
+            offset_s = self._group_start / self.codec.sample_rate
+            self._group_start = end
+            if written:
+                self._timing.append(
+                    asyncio.ensure_future(
+                        asyncio.to_thread(
+                            self._align, written, audio[:split], offset_s, self._written_at
+                        )
+                    )
+                )
+                self._written_at += len(written) + 1
+
+    def _align(self, written: str, audio: np.ndarray, offset_s: float, at: int) -> list[WordTiming]:
+        """Word timings of one group, shifted to the utterance (runs on a worker thread)."""
+        try:
+            words = align_words(
+                written, audio, self.codec.sample_rate, self.language, assume_speech=True
+            )
+        except Exception as e:  # noqa: BLE001 (timing must never break the audio)
+            logger.warning(f"{self.rid}: word timing failed ({type(e).__name__}: {e})")
+            return []
+        return [
+            WordTiming(w.word, round(w.start + offset_s, 4), round(w.end + offset_s, 4),
+                       w.offset + at)
+            for w in words
+        ]  # fmt: skip
+
+    def _timed_words(self) -> tuple[WordTiming, ...]:
+        """The words of the groups timed so far, in order (a group waits for those before)."""
+        words: list[WordTiming] = []
+        while self._timing and self._timing[0].done():
+            words += self._timing.popleft().result()
+        return tuple(words)
 
 
 def _voiceprint(parser: Any) -> VoicePrint:

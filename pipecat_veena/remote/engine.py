@@ -157,6 +157,11 @@ class RemoteVeenaEngine:
         return list(self._require_info().voices)
 
     @property
+    def times_words(self) -> bool:
+        """False: the protocol does not carry word timings yet (chunks have no ``words``)."""
+        return False
+
+    @property
     def emotion_tags(self) -> tuple[str, ...]:
         """Inline tags the server's model understands (e.g. ``<laugh>``)."""
         return tuple(self._require_info().emotion_tags)
