@@ -76,6 +76,21 @@ def test_build_is_deterministic_and_cached(tmp_path: Path) -> None:
     assert not list((tmp_path / "a").glob(".tmp-*")), "temporary build directories left behind"
 
 
+@pytest.mark.slow
+def test_training_logs_a_few_lines_when_not_a_terminal(tmp_path: Path) -> None:
+    """Where stderr is a log (CI), the training progress is ten INFO lines, not a tqdm bar that
+    writes a line per refresh."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "pipecat_veena.demo._worker", str(tmp_path), "20"]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=900)
+    assert "\r" not in done.stderr, "a progress bar wrote into the log"
+    lines = [line for line in done.stderr.splitlines() if "demo LLMs: step" in line]
+    assert len(lines) == 10 and "step 20/20" in lines[-1], done.stderr[-2000:]
+    assert (tmp_path / "spark" / "model.safetensors").is_file()
+
+
 def test_spark_layout(spark_tiny_checkpoint: Path) -> None:
     root = spark_tiny_checkpoint
     for rel in (

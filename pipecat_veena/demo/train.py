@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -249,8 +250,8 @@ def _optimise(model: _SharedLM, cfg: TrainConfig, tasks: Sequence[Task], desc: s
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     model.train()
     losses = [float("nan")] * len(tasks)
-    bar = tqdm(range(cfg.steps), desc=desc, unit="step", mininterval=1.0)
-    for step in bar:
+    progress = _Progress(cfg.steps, desc)
+    for step in range(cfg.steps):
         k = step % len(tasks)
         if not queues[k]:
             queues[k] = _length_bucketed(rng, tasks[k].sample, cfg.batch_size)
@@ -261,10 +262,38 @@ def _optimise(model: _SharedLM, cfg: TrainConfig, tasks: Sequence[Task], desc: s
         opt.step()
         sched.step()
         losses[k] = 0.9 * losses[k] + 0.1 * loss.item() if step >= len(tasks) else loss.item()
-        if step % 10 == 0:
-            bar.set_postfix({t.name: f"{v:.3f}" for t, v in zip(tasks, losses, strict=True)})
-    bar.close()
+        progress.step({t.name: f"{v:.3f}" for t, v in zip(tasks, losses, strict=True)})
+    progress.close()
     logger.debug(f"{desc}: {cfg.steps} steps, smoothed losses {losses}")
+
+
+class _Progress:
+    """A tqdm bar on a terminal; elsewhere (a CI log) an INFO line every tenth of the steps.
+
+    tqdm writes one line per refresh where stderr is not a terminal: thousands in a log.
+    """
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.desc, self.done = total, desc, 0
+        self.every = max(total // 10, 1)
+        tty = sys.stderr.isatty()
+        self.bar = tqdm(total=total, desc=desc, unit="step", mininterval=1.0) if tty else None
+
+    def step(self, figures: dict[str, str]) -> None:
+        """Count one step; ``figures`` (e.g. losses by task) go on the bar or the line."""
+        self.done += 1
+        if self.bar is not None:
+            if self.done % 10 == 1:
+                self.bar.set_postfix(figures, refresh=False)
+            self.bar.update()
+        elif self.done % self.every == 0 or self.done == self.total:
+            shown = ", ".join(f"{k} {v}" for k, v in figures.items())
+            logger.info(f"{self.desc}: step {self.done}/{self.total} ({shown})")
+
+    def close(self) -> None:
+        """End the bar (nothing to do for log lines)."""
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _length_bucketed(rng: random.Random, sample: Sampler, batch_size: int) -> list[list[Example]]:
