@@ -4,8 +4,7 @@ Public names are imported lazily so that ``import pipecat_veena`` stays cheap an
 never drags Pipecat (or vLLM) in with it.
 """
 
-from importlib import import_module
-from typing import Any
+from pipecat_veena.lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -23,10 +22,4 @@ _PUBLIC = {
 
 __all__ = ["__version__", *_PUBLIC]
 
-
-def __getattr__(name: str) -> Any:
-    """Import a public name on first use."""
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pipecat_veena' has no attribute {name!r}")
-    return getattr(import_module(module), name)
+__getattr__ = lazy_names(__name__, _PUBLIC)

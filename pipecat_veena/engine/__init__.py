@@ -10,8 +10,7 @@ Inside: ``core`` (``VeenaEngine``), ``utterance`` (one request: parts, generatio
 ``checkpoint`` (layout detection), ``calibrate`` (seam lookahead on loaded weights).
 """
 
-from importlib import import_module
-from typing import Any
+from pipecat_veena.lazy import lazy_names
 
 _PUBLIC = {
     "VeenaEngine": "core",
@@ -37,11 +36,4 @@ _PUBLIC = {
 
 __all__ = list(_PUBLIC)
 
-
-def __getattr__(name: str) -> Any:
-    """Import a public name on first use."""
-    where = _PUBLIC.get(name)
-    if where is None:
-        raise AttributeError(f"module 'pipecat_veena.engine' has no attribute {name!r}")
-    module = where if where.startswith("pipecat_veena.") else f"{__name__}.{where}"
-    return getattr(import_module(module), name)
+__getattr__ = lazy_names(__name__, _PUBLIC)

@@ -7,17 +7,10 @@ no torch and no vLLM. Names are imported on first use, so the server's import of
 does not load the client.
 """
 
-from importlib import import_module
-from typing import Any
+from pipecat_veena.lazy import lazy_names
 
 _PUBLIC = {"RemoteVeenaEngine": "engine", "stream_url": "engine"}
 
 __all__ = list(_PUBLIC)
 
-
-def __getattr__(name: str) -> Any:
-    """Import a public name on first use."""
-    where = _PUBLIC.get(name)
-    if where is None:
-        raise AttributeError(f"module 'pipecat_veena.remote' has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{where}"), name)
+__getattr__ = lazy_names(__name__, _PUBLIC)

@@ -5,8 +5,7 @@ Nothing in the engine imports this package; it needs FastAPI and uvicorn (the ``
 extra). Public names are imported on first use, so reading ``ServerSettings`` stays cheap.
 """
 
-from importlib import import_module
-from typing import Any
+from pipecat_veena.lazy import lazy_names
 
 _PUBLIC = {
     "create_app": "pipecat_veena.server.app",
@@ -16,10 +15,4 @@ _PUBLIC = {
 
 __all__ = list(_PUBLIC)
 
-
-def __getattr__(name: str) -> Any:
-    """Import a public name on first use."""
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pipecat_veena.server' has no attribute {name!r}")
-    return getattr(import_module(module), name)
+__getattr__ = lazy_names(__name__, _PUBLIC)

@@ -19,16 +19,9 @@ import numpy as np
 from loguru import logger
 
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow
-from pipecat_veena.streaming.schedule import StreamConfig, StreamScheduler, Window, should_hurry
+from pipecat_veena.streaming.schedule import StreamConfig, StreamScheduler, Window
 
-__all__ = [
-    "DecodeJob",
-    "StreamConfig",
-    "StreamDecoder",
-    "StreamScheduler",
-    "Window",
-    "should_hurry",
-]
+__all__ = ["DecodeJob", "StreamDecoder"]
 
 @dataclass(frozen=True)
 class DecodeJob:
