@@ -238,3 +238,23 @@ async def send_invalid_utf8(port: int, target: str) -> None:
     await writer.drain()
     await asyncio.wait_for(reader.read(), 30)  # the server closes (1007)
     writer.close()
+
+
+async def openai_tts_service_speaks(url: str, text: str) -> tuple[list, list]:
+    """Pipecat's own ``OpenAITTSService`` pointed at the server at ``url``, in a real pipeline
+    at 24 kHz; returns the frames that went (down, up)."""
+    from pipecat.frames.frames import TTSSpeakFrame
+    from pipecat.pipeline.worker import PipelineParams
+    from pipecat.services.openai.tts import OpenAITTSService
+    from pipecat.tests.utils import run_test
+
+    tts = OpenAITTSService(
+        api_key="unused",
+        base_url=f"{url}/v1",
+        settings=OpenAITTSService.Settings(voice="alloy", model="tts-1"),
+    )
+    return await run_test(
+        tts,
+        frames_to_send=[TTSSpeakFrame(text)],
+        pipeline_params=PipelineParams(audio_out_sample_rate=24000),
+    )

@@ -18,11 +18,8 @@ import os
 import httpx
 import openai
 import pytest
-from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame, TTSSpeakFrame
-from pipecat.pipeline.worker import PipelineParams
-from pipecat.services.openai.tts import OpenAITTSService
-from pipecat.tests.utils import run_test
-from server_fakes import FakeSpeechEngine, serving, until
+from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame
+from server_fakes import FakeSpeechEngine, openai_tts_service_speaks, serving, until
 
 from pipecat_veena.server import ServerSettings
 
@@ -60,16 +57,7 @@ async def test_openai_client_reports_a_stream_cut_short():
 
 async def test_pipecat_openai_tts_service_reports_a_stream_cut_short():
     async with serving(_failing_after_first_audio()) as server:
-        tts = OpenAITTSService(
-            api_key="unused",
-            base_url=f"{server.url}/v1",
-            settings=OpenAITTSService.Settings(voice="alloy", model="tts-1"),
-        )
-        down, up = await run_test(
-            tts,
-            frames_to_send=[TTSSpeakFrame("Pipecat's own OpenAI service.")],
-            pipeline_params=PipelineParams(audio_out_sample_rate=24000),
-        )
+        down, up = await openai_tts_service_speaks(server.url, "Pipecat's own OpenAI service.")
         assert [f for f in up if isinstance(f, ErrorFrame)], "the cut went unnoticed"
         assert [f for f in down if isinstance(f, TTSAudioRawFrame)]  # the audio before it
 

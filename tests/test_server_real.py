@@ -34,10 +34,17 @@ from pipecat.frames.frames import (
     TTSSpeakFrame,
 )
 from pipecat.pipeline.worker import PipelineParams
-from pipecat.services.openai.tts import OpenAITTSService
 from pipecat.tests.utils import SleepFrame, run_test
 from recording import RecordingGenerator
-from server_fakes import ROOT, RawClient, cut_off_body, pcm_of, send_invalid_utf8, until_ready
+from server_fakes import (
+    ROOT,
+    RawClient,
+    cut_off_body,
+    openai_tts_service_speaks,
+    pcm_of,
+    send_invalid_utf8,
+    until_ready,
+)
 from servers import assert_ended, kill_leftovers
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
@@ -185,15 +192,8 @@ async def test_openai_python_client_streams_pcm_and_sse(real):
 async def test_pipecat_openai_tts_service_in_a_real_pipeline(real):
     engine, recorder, server = real
     before = set(recorder.outputs)
-    tts = OpenAITTSService(
-        api_key="unused",
-        base_url=f"{server.url}/v1",
-        settings=OpenAITTSService.Settings(voice="alloy", model="tts-1"),
-    )
-    down, up = await run_test(
-        tts,
-        frames_to_send=[TTSSpeakFrame("Pipecat's own OpenAI service, pointed at Veena.")],
-        pipeline_params=PipelineParams(audio_out_sample_rate=24000),
+    down, up = await openai_tts_service_speaks(
+        server.url, "Pipecat's own OpenAI service, pointed at Veena."
     )
     audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
     assert audio and {f.sample_rate for f in audio} == {24000}
