@@ -118,8 +118,12 @@ async def test_long_text_is_normalised_off_the_event_loop(engine, monkeypatch):
 
     monkeypatch.setattr(engine_module, "normalize_text", spy)
     long = "Call (022) 2345 6789 or 1800-123-4567, ref 48 29 13, ₹1,250 on 05/08/2025. " * 220
-    for text in (long, TEXT):
+    ran_on = {}
+    for name, text in (("long", long), ("sentence", TEXT)):
+        threads.clear()
         async with aclosing(engine.stream(text, request_id="norm-long", seed=1)) as chunks:
             await anext(chunks)  # the text was normalised and split before the first chunk
+        ran_on[name] = set(threads)  # (the engine normalises sentence by sentence)
     loop = threading.get_ident()
-    assert len(threads) == 2 and threads[0] != loop and threads[1] == loop
+    assert ran_on["long"] and loop not in ran_on["long"], ran_on
+    assert ran_on["sentence"] == {loop}, ran_on
