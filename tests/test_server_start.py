@@ -136,10 +136,10 @@ def _tail(log: Path) -> str:
 
 def _decoded_something(metrics: str) -> bool:
     """True when the server's codec has decoded audio (the warm-up's) by the time of scraping."""
-    for line in metrics.splitlines():
-        if line.startswith("veena_decode_batch_size "):
+    for line in metrics.splitlines():  # (a histogram: its count of decoded batches)
+        if line.startswith("veena_decode_batch_size_count "):
             return float(line.split()[-1]) > 0
-    raise AssertionError("no veena_decode_batch_size in /metrics")
+    raise AssertionError("no veena_decode_batch_size_count in /metrics")
 
 
 async def test_health_answers_throughout_a_real_start_and_ready_waits_for_the_warm_up(
