@@ -138,7 +138,7 @@ async def interrupted_turn(
     recorder = RecordingEngine(engine)
     card = SoundCard()
     context = LLMContext()
-    tts = VeenaTTSService(recorder, seed=7, **service)
+    tts = VeenaTTSService(recorder, seed=7, **({"word_timestamps": True} | service))
     assistant = LLMAssistantAggregator(context)
     turn_over = asyncio.Event()
 

@@ -78,13 +78,14 @@ class VeenaTTSService(TTSService):
     (Pipecat's default ``SENTENCE`` aggregation): an LLM-TTS model speaks whole sentences, and
     ``TOKEN`` mode is refused.
 
-    Words: over an engine that times words (``engine.times_words``: the in-process engine and
-    ``EngineThread``), the service reports every written word with its estimated start through
-    Pipecat's word-timestamp path (``push_text_frames=False``, ``add_word_timestamps``). The
-    transport then releases each word as its audio plays, so an interrupted turn leaves the
-    words heard so far in the assistant's context, not the whole sentence nor nothing. Over
-    other engines (``RemoteVeenaEngine``, for now) the base class pushes one ``TTSTextFrame``
-    per sentence after its audio.
+    Words: by default (``word_timestamps=True``), over an engine that times words
+    (``engine.times_words``: the in-process engine and ``EngineThread``), the service reports
+    every written word with its estimated start through Pipecat's word-timestamp path
+    (``push_text_frames=False``, ``add_word_timestamps``). The transport then releases each
+    word as its audio plays, so an interrupted turn leaves the words heard so far in the
+    assistant's context, not the whole sentence nor nothing. Otherwise (``word_timestamps=False``,
+    or over ``RemoteVeenaEngine``) the base class pushes one ``TTSTextFrame`` per sentence after its
+    audio.
 
     Example::
 
@@ -163,7 +164,9 @@ class VeenaTTSService(TTSService):
         if settings is not None:
             defaults.apply_update(settings)
         kwargs.setdefault("stop_frame_timeout_s", STOP_FRAME_TIMEOUT_S)
-        kwargs.setdefault("push_text_frames", not getattr(engine, "times_words", False))
+        # Words through Pipecat's word-timestamp path when the engine times them (on by default).
+        words = kwargs.pop("word_timestamps", True) and getattr(engine, "times_words", False)
+        kwargs.setdefault("push_text_frames", not words)
         self._times_words = not kwargs["push_text_frames"]  # report words, or sentences
         super().__init__(
             push_start_frame=True,

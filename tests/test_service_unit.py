@@ -103,7 +103,7 @@ async def test_speak_frame_order_rate_and_length(tmp_path, rate):
 async def test_llm_turn_is_one_context(tmp_path):
     engine = await _engine(tmp_path)
     down, _ = await run_test(
-        VeenaTTSService(engine),
+        VeenaTTSService(engine, word_timestamps=True),
         frames_to_send=[
             LLMFullResponseStartFrame(),
             LLMTextFrame("Hello there. "),
@@ -117,7 +117,7 @@ async def test_llm_turn_is_one_context(tmp_path):
     assert len({f.context_id for f in audio}) == 1
     assert sum(len(f.audio) for f in audio) == 3 * 50 * 320 * 2
     assert _types(down).count(TTSStartedFrame) == 1
-    # One TTSTextFrame per written word (the word-timestamp path), in order, behind its audio.
+    # With word timestamps: one TTSTextFrame per written word, in order, behind its audio.
     words = [f.text for f in down if isinstance(f, TTSTextFrame)]
     assert words == ["Hello", "there.", "How", "are", "you", "today?", "नमस्ते।"]
     await engine.shutdown()
