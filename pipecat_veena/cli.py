@@ -33,13 +33,35 @@ def _build_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _codec_dtype(args: argparse.Namespace) -> str | None:
+    """``--codec-dtype``: None for auto (the engine's CPU probe, or its GPU default)."""
+    return None if args.codec_dtype == "auto" else args.codec_dtype
+
+
+def _add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--codec-dtype``, shared by ``say`` and ``serve``."""
+    parser.add_argument("--device", default="auto", help="codec device: auto, cpu, cuda")
+    parser.add_argument(
+        "--codec-dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        default="auto",
+        help="codec dtype (auto: on CPU a timed probe at start picks bfloat16 where the CPU "
+        "computes it natively and it is faster, else float32; bfloat16 on GPU)",
+    )
+
+
 async def _say_async(args: argparse.Namespace, checkpoint: Path) -> int:
     from pipecat_veena.engine import EngineConfig, VeenaEngine
     from pipecat_veena.wav_sink import say_to_wav
 
     quiet = {} if args.verbose else {"engine_kwargs": {"use_tqdm_on_load": False}}
     engine = VeenaEngine(
-        EngineConfig(checkpoint=checkpoint, device=args.device, generator_kwargs=quiet)
+        EngineConfig(
+            checkpoint=checkpoint,
+            device=args.device,
+            codec_dtype=_codec_dtype(args),
+            generator_kwargs=quiet,
+        )
     )
     try:
         await engine.start()
@@ -147,7 +169,12 @@ async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: obj
     # JSON logs: no progress bar from vLLM's engine process on stderr either
     quiet_load = {"engine_kwargs": {"use_tqdm_on_load": False}} if args.log_format == "json" else {}
     engine = VeenaEngine(
-        EngineConfig(checkpoint=checkpoint, device=args.device, generator_kwargs=quiet_load)
+        EngineConfig(
+            checkpoint=checkpoint,
+            device=args.device,
+            codec_dtype=_codec_dtype(args),
+            generator_kwargs=quiet_load,
+        )
     )
     app = create_app(engine, settings, demo=is_demo_checkpoint(checkpoint))  # type: ignore[arg-type]
     handle = ServerHandle(
@@ -244,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument(
         "--no-normalize", action="store_true", help="pass digits and symbols to the model as is"
     )
-    say.add_argument("--device", default="auto", help="codec device: auto, cpu, cuda")
+    _add_device_arguments(say)
     say.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     say.set_defaults(func=_say)
 
@@ -297,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="most header fields in one request (else 431)")
     srv.add_argument("--voice-map", default=None,
                      help="OpenAI voice names to checkpoint voices, e.g. alloy=female,echo=male")
-    srv.add_argument("--device", default="auto", help="codec device: auto, cpu, cuda")
+    _add_device_arguments(srv)
     srv.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     srv.add_argument("--log-format", choices=LOG_FORMATS, default="text",
                      help="stderr logs as text, or as JSON lines (loguru's serialized records; "

@@ -55,6 +55,8 @@ class AudioCodec(ABC):
     condition_size: int
     #: Frames of context needed on each side for a window decode to equal the full decode.
     context_frames: int
+    #: The compute dtype (a ``torch.dtype``: float32, or bfloat16 where it was chosen).
+    dtype: object
 
     @property
     def frame_rate(self) -> float:

@@ -17,8 +17,10 @@ class EngineConfig:
         checkpoint: checkpoint directory (Spark-TTS-0.5B layout ``LLM/`` + ``BiCodec/``, Veena3,
             or Veena: LLM + SNAC directory); the layout is detected.
         device: codec device, "auto" (CUDA when available), "cpu" or "cuda[:n]".
-        codec_dtype: codec dtype name ("float32", "bfloat16", "float16"); None: float32 on
-            CPU, bfloat16 for BiCodec on CUDA (float32 for SNAC).
+        codec_dtype: codec dtype name ("float32", "bfloat16", "float16"); None: on CPU, a
+            short timed probe at start picks bfloat16 where this CPU computes it natively and
+            it is clearly faster, else float32 (logged with its figures); on CUDA bfloat16
+            for BiCodec, float32 for SNAC.
         stream: sliding-window settings; None: the measured defaults for the codec.
         calibrate_seams_db: when set, measure at start the smallest lookahead whose seams reach
             this SNR against an offline decode on the LOADED codec weights (seconds on CPU,

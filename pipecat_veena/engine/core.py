@@ -522,17 +522,28 @@ def _check_language(language: str) -> None:
 
 
 def load_codec(layout: Any, cfg: EngineConfig) -> AudioCodec:
-    """Load the checkpoint's codec (blocking: runs in a worker thread)."""
+    """Load the checkpoint's codec (blocking: runs in a worker thread).
+
+    On the CPU without an explicit ``codec_dtype``, a short timed probe on the loaded weights
+    picks float32 or bfloat16 (:func:`pipecat_veena.codecs.probe.choose_cpu_dtype`).
+    """
     import torch
 
     device = cfg.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = getattr(torch, cfg.codec_dtype) if cfg.codec_dtype else None
     if layout.family == "bicodec":
-        from pipecat_veena.codecs.bicodec import BiCodecCodec
+        from pipecat_veena.codecs.bicodec import BiCodecCodec as codec_class
+    else:
+        from pipecat_veena.codecs.snac import SnacCodec as codec_class
 
-        return BiCodecCodec.from_pretrained(layout.codec_dir, device=device, dtype=dtype)
-    from pipecat_veena.codecs.snac import SnacCodec
+    def load(dtype: Any) -> AudioCodec:
+        return codec_class.from_pretrained(layout.codec_dir, device=device, dtype=dtype)
 
-    return SnacCodec.from_pretrained(layout.codec_dir, device=device, dtype=dtype)
+    if cfg.codec_dtype:
+        return load(getattr(torch, cfg.codec_dtype))
+    if torch.device(device).type == "cpu":
+        from pipecat_veena.codecs.probe import choose_cpu_dtype
+
+        return choose_cpu_dtype(load)[0]
+    return load(None)

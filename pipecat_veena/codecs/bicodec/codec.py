@@ -35,6 +35,7 @@ class BiCodecCodec(AudioCodec):
         self.samples_per_frame = decoder.hop_length
         self.condition_size = decoder.config.speaker.token_num
         self.context_frames = decoder.receptive_field
+        self.dtype = next(decoder.parameters()).dtype
 
     @classmethod
     def from_pretrained(
