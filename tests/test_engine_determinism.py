@@ -24,8 +24,10 @@ TEXT = "The same text, voice and seed give the same audio, every single time."
 async def engine(spark_tiny_checkpoint, spark_generator):
     # The warm-up pins the default voice (female). A large minimum buffer makes the hurry logic
     # (timing-driven smaller chunks) fire whenever it may: a seeded request must not feel it.
+    # float32: the figures checked here are the float32 codec's (the CPU probe could pick
+    # bfloat16, whose co-batched rounding is coarser: docs/protocol.md).
     engine = VeenaEngine(
-        EngineConfig(checkpoint=spark_tiny_checkpoint, min_buffer_s=2.0),
+        EngineConfig(checkpoint=spark_tiny_checkpoint, min_buffer_s=2.0, codec_dtype="float32"),
         generator=RecordingGenerator(spark_generator),
     )
     await engine.start()
