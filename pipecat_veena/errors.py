@@ -18,7 +18,21 @@ class UnknownVoiceError(VeenaError, ValueError):
 
 
 class EnrolmentError(VeenaError, ValueError):
-    """A voice cannot be enrolled (bad clip, bad or taken name, no speaker encoder)."""
+    """A voice cannot be enrolled (bad clip, bad or taken name, no speaker encoder).
+
+    Attributes:
+        code: what kind of problem: ``BAD_CLIP``, ``BAD_NAME``, ``NAME_TAKEN`` or
+            ``UNSUPPORTED`` (the model cannot enrol); the speech server's error code.
+    """
+
+    BAD_CLIP = "bad_voice_clip"
+    BAD_NAME = "bad_voice_name"
+    NAME_TAKEN = "voice_name_taken"
+    UNSUPPORTED = "enrolment_unsupported"
+
+    def __init__(self, message: str, *, code: str = BAD_CLIP) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class MalformedStreamError(VeenaError):

@@ -240,9 +240,11 @@ async def send_invalid_utf8(port: int, target: str) -> None:
     writer.close()
 
 
-async def openai_tts_service_speaks(url: str, text: str) -> tuple[list, list]:
+async def openai_tts_service_speaks(
+    url: str, text: str, voice: str = "alloy"
+) -> tuple[list, list]:
     """Pipecat's own ``OpenAITTSService`` pointed at the server at ``url``, in a real pipeline
-    at 24 kHz; returns the frames that went (down, up)."""
+    at 24 kHz, speaking with ``voice``; returns the frames that went (down, up)."""
     from pipecat.frames.frames import TTSSpeakFrame
     from pipecat.pipeline.worker import PipelineParams
     from pipecat.services.openai.tts import OpenAITTSService
@@ -251,7 +253,7 @@ async def openai_tts_service_speaks(url: str, text: str) -> tuple[list, list]:
     tts = OpenAITTSService(
         api_key="unused",
         base_url=f"{url}/v1",
-        settings=OpenAITTSService.Settings(voice="alloy", model="tts-1"),
+        settings=OpenAITTSService.Settings(voice=voice, model="tts-1"),
     )
     return await run_test(
         tts,

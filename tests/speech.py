@@ -30,3 +30,37 @@ def espeak(
     path = espeak_wav(tmp / f"{voice}-{wpm}-{pitch}-{repeats}.wav", text, voice, wpm, pitch)
     pcm, source_rate = read_wav(path)
     return int16_to_float(resample_bytes(pcm.astype("<i2").tobytes(), source_rate, rate))
+
+
+#: Container and encoder of each clip format a voice upload takes (PyAV / FFmpeg names).
+CLIP_FORMATS = {
+    "wav": ("wav", "pcm_s16le"),
+    "mp3": ("mp3", "libmp3lame"),
+    "ogg": ("ogg", "libopus"),
+    "flac": ("flac", "flac"),
+    "m4a": ("ipod", "aac"),
+    "mp2": ("mp2", "mp2"),  # a codec voice uploads refuse
+}
+
+
+def encode_clip(samples: np.ndarray, rate: int, fmt: str) -> bytes:
+    """Mono float32 ``samples`` at ``rate`` as a file of format ``fmt`` (see CLIP_FORMATS)."""
+    import io
+
+    import av
+
+    container, codec = CLIP_FORMATS[fmt]
+    sink = io.BytesIO()
+    with av.open(sink, mode="w", format=container) as out:
+        stream = out.add_stream(codec, rate=rate, layout="mono")
+        frame_size = 960
+        pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2")
+        for at in range(0, len(pcm), frame_size):
+            frame = av.AudioFrame.from_ndarray(pcm[None, at : at + frame_size], "s16", "mono")
+            frame.sample_rate = rate
+            frame.pts = at
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return sink.getvalue()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -50,6 +51,8 @@ _SAMPLING_KEYS = {f.name for f in fields(SamplingOptions)} - {"stop_token_ids", 
 #: Longest text made ready for the model (normalised, split) on the event loop; longer text is
 #: made ready in a worker thread (a sentence takes about 0.15 ms, 16 KB up to 0.2 s).
 INLINE_TEXT_CHARS = 256
+#: How often, at most, the engine looks whether its voices file changed (one ``stat``).
+VOICES_POLL_S = 1.0
 
 
 class VeenaEngine:
@@ -88,6 +91,8 @@ class VeenaEngine:
         self._lexicon = Lexicon.load(config.lexicon)  # a bad lexicon fails here, not mid-call
         self._speaker_encoder: BiCodecSpeakerEncoder | None = None
         self._encoder_lock = asyncio.Lock()
+        self._voices_seen: tuple[int, int] | None = None  # the voices file's (mtime_ns, size)
+        self._voices_polled = 0.0
 
     def __str__(self) -> str:
         return f"VeenaEngine({Path(self.config.checkpoint).name})"
@@ -124,7 +129,7 @@ class VeenaEngine:
             )
             self._format.voices.pinned.update(pinned)
             if cfg.voices_file is not None:
-                self.load_voices(cfg.voices_file)
+                self._start_voices_file(Path(cfg.voices_file))
             self._stream_config = await self._stream_settings()
             if self._generator is None:
                 from pipecat_veena.generation.vllm_local import VllmGenerator
@@ -227,8 +232,15 @@ class VeenaEngine:
 
     @property
     def voices(self) -> list[str]:
-        """Voice names of the loaded checkpoint (default first)."""
+        """Voice names of the loaded checkpoint (default first), enrolled ones included."""
+        self.refresh_voices()
         return self._require_format().voices.names
+
+    @property
+    def enrolled_voices(self) -> list[str]:
+        """Names of the voices enrolled from audio (``enroll_voice`` or the voices file)."""
+        self.refresh_voices()
+        return sorted(self._require_format().voices.enrolled)
 
     @property
     def emotion_tags(self) -> tuple[str, ...]:
@@ -254,6 +266,7 @@ class VeenaEngine:
 
     def check_voice(self, voice: str | None) -> str:
         """Canonical name of ``voice``; raises UnknownVoiceError listing the valid ones."""
+        self.refresh_voices()
         return self._require_format().voices.resolve(voice).name
 
     def register_voice(self, name: str, global_codes: list[int]) -> None:
@@ -271,7 +284,8 @@ class VeenaEngine:
         Global-only enrolment: the BiCodec speaker encoder turns the clip into the 32 global
         codes of a voice (its first 6 s, tiled when shorter, after volume normalisation); the
         voice is kept with the others and exported by ``export_voices`` (JSON), so replicas
-        that load the file speak it too. The work runs in a worker thread; the speaker encoder
+        that load the file speak it too; with ``EngineConfig(voices_file=...)`` it is written
+        to that file at once (replicas sharing the file reload it when it changes). The work runs in a worker thread; the speaker encoder
         loads on first use. Cloning quality depends on the base model.
 
         Args:
@@ -293,13 +307,7 @@ class VeenaEngine:
         from pipecat_veena.engine.enrolment import prepare_clip
 
         fmt = self._require_format()
-        if fmt.family != "bicodec":
-            raise EnrolmentError(
-                f"{self.model_name} is a SNAC model (Veena / Orpheus layout): it has no "
-                "speaker encoder, so voices cannot be enrolled from a clip. Fine-tune the "
-                "model on the speaker and serve the result as a LoRA adapter voice instead."
-            )
-        fmt.voices.check_enrolment(name)  # before any work
+        self.check_enrolment(name)  # before any work
         encoder = await self._speaker_encoder_loaded()
         if transcript is not None:
             logger.info(f"{self}: transcript of voice {name!r} not used (global-only enrolment)")
@@ -309,12 +317,106 @@ class VeenaEngine:
 
         start = time.perf_counter()
         codes = await asyncio.to_thread(encode)
+        self.refresh_voices(now=True)
         voice = fmt.voices.enrol(name, codes)
+        self._save_voices_file()
         logger.info(
             f"{self}: voice {voice.name!r} enrolled in "
             f"{1000 * (time.perf_counter() - start):.0f} ms (global-only)"
         )
         return voice
+
+    def check_enrolment(self, name: str) -> str:
+        """The name a voice enrolled as ``name`` would get, checked before any work.
+
+        Raises:
+            EnrolmentError: a model that cannot enrol (SNAC: use a LoRA adapter voice), or an
+                odd name or one a built-in voice has (``code`` says which).
+        """
+        fmt = self._require_format()
+        if fmt.family != "bicodec":
+            raise EnrolmentError(
+                f"{self.model_name} is a SNAC model (Veena / Orpheus layout): it has no "
+                "speaker encoder, so voices cannot be enrolled from a clip. Fine-tune the "
+                "model on the speaker and serve the result as a LoRA adapter voice instead.",
+                code=EnrolmentError.UNSUPPORTED,
+            )
+        self.refresh_voices(now=True)  # another replica may have enrolled or removed voices
+        return fmt.voices.check_enrolment(name)
+
+    def remove_voice(self, name: str) -> str:
+        """Remove an enrolled voice (from the voices file too, when the engine has one).
+
+        Returns:
+            The removed voice's canonical name.
+
+        Raises:
+            EnrolmentError: ``name`` is a built-in voice.
+            UnknownVoiceError: no voice has that name.
+        """
+        self.refresh_voices(now=True)
+        key = self._require_format().voices.forget(name)
+        self._save_voices_file()
+        logger.info(f"{self}: enrolled voice {key!r} removed")
+        return key
+
+    def refresh_voices(self, *, now: bool = False) -> bool:
+        """Reload the voices file (``EngineConfig.voices_file``) if it changed since last read.
+
+        Cheap: one ``stat`` at most every ``VOICES_POLL_S`` seconds (``now``: at once), so that
+        replicas sharing the file (a mounted volume) see each other's enrolled and removed
+        voices. A file that cannot be read or parsed keeps the voices as they are (warned).
+
+        Returns:
+            True when the file was reloaded.
+        """
+        path = self.config.voices_file
+        if path is None or self._format is None:
+            return False
+        clock = time.monotonic()
+        if not now and clock - self._voices_polled < VOICES_POLL_S:
+            return False
+        self._voices_polled = clock
+        seen = _file_signature(Path(path))
+        if seen is None or seen == self._voices_seen:
+            return False
+        try:
+            self._read_voices_file(Path(path))
+        except ValueError as e:
+            logger.warning(f"{self}: voices file {path} not reloaded (voices unchanged): {e}")
+            return False
+        return True
+
+    def _start_voices_file(self, path: Path) -> None:
+        if not path.exists():
+            logger.info(
+                f"{self}: voices file {path} does not exist yet; enrolling a voice creates it"
+            )
+            return
+        self._read_voices_file(path)
+
+    def _read_voices_file(self, path: Path) -> None:
+        seen = _file_signature(path)
+        fmt = self._require_format()
+        data = _read_json(path)
+        names = fmt.voices.load_prints(data, fmt.voice_prefix_globals, replace_enrolled=True)
+        self._voices_seen = seen
+        logger.info(f"{self}: voices file {path} read: {', '.join(names) or '(no voices)'}")
+
+    def _save_voices_file(self) -> None:
+        """Write the voices (pinned and enrolled) to the voices file, atomically, if any."""
+        path = self.config.voices_file
+        if path is None:
+            return
+        path = Path(path)
+        data = self._require_format().voices.export_prints(self.model_name)
+        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            temporary.write_text(json.dumps(data, indent=1), encoding="utf-8")
+            os.replace(temporary, path)  # readers see the old file or the new one, never half
+        finally:
+            temporary.unlink(missing_ok=True)
+        self._voices_seen = _file_signature(path)
 
     async def _speaker_encoder_loaded(self) -> BiCodecSpeakerEncoder:
         """The checkpoint's speaker encoder, loaded once.
@@ -332,7 +434,7 @@ class VeenaEngine:
                         BiCodecSpeakerEncoder.from_pretrained, codec_dir
                     )
                 except CheckpointError as e:
-                    raise EnrolmentError(str(e)) from e
+                    raise EnrolmentError(str(e), code=EnrolmentError.UNSUPPORTED) from e
         return self._speaker_encoder
 
     def export_voices(self, path: str | Path | None = None) -> dict[str, Any]:
@@ -354,13 +456,7 @@ class VeenaEngine:
                 rejects (e.g. a file exported from another model).
         """
         fmt = self._require_format()
-        if isinstance(source, dict):
-            data = source
-        else:
-            try:
-                data = json.loads(Path(source).read_text(encoding="utf-8"))
-            except (OSError, ValueError) as e:
-                raise ValueError(f"cannot read voice prints from {source}: {e}") from e
+        data = source if isinstance(source, dict) else _read_json(Path(source))
         names = fmt.voices.load_prints(data, fmt.voice_prefix_globals)
         logger.info(f"{self}: pinned voice(s) {', '.join(names) or '(none)'} from a file")
         return names
@@ -454,6 +550,7 @@ class VeenaEngine:
             EngineNotRunningError, EngineDeadError: the engine cannot serve.
         """
         self._check_running()
+        self.refresh_voices()
         fmt = self._require_format()
         voice_obj = fmt.voices.resolve(voice)
         self.check_options(language=language, **sampling)
@@ -514,6 +611,22 @@ class VeenaEngine:
         for request in hits:
             await request.abort()
         return len(hits)
+
+
+def _file_signature(path: Path) -> tuple[int, int] | None:
+    """(mtime_ns, size) of a file, None when it is not there."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read voice prints from {path}: {e}") from e
 
 
 def _check_language(language: str) -> None:

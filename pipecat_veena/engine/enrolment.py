@@ -42,7 +42,8 @@ def check_voice_name(name: object) -> str:
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name.strip().lower()):
         raise EnrolmentError(
             f"voice name {name!r} is not usable: use 1-64 letters, digits, '_', '-' or '.', "
-            "starting with a letter or digit (e.g. 'asha' or 'support-agent-2')"
+            "starting with a letter or digit (e.g. 'asha' or 'support-agent-2')",
+            code=EnrolmentError.BAD_NAME,
         )
     return name.strip().lower()
 

@@ -180,6 +180,24 @@ class VoiceBook:
         self.enrolled.add(key)
         return self.voices[key]
 
+    def forget(self, name: str) -> str:
+        """Remove an enrolled voice; returns its canonical name.
+
+        Raises:
+            EnrolmentError: ``name`` is a built-in voice (those cannot be removed).
+            UnknownVoiceError: no voice has that name.
+        """
+        key = name.strip().lower()
+        if key not in self.enrolled:
+            builtin = self.resolve(key)  # UnknownVoiceError for a name that is no voice
+            raise EnrolmentError(
+                f"voice {builtin.name!r} is a built-in voice of this checkpoint; only enrolled "
+                f"voices can be removed ({', '.join(sorted(self.enrolled)) or 'none yet'})"
+            )
+        self.enrolled.discard(key)
+        del self.voices[key]
+        return key
+
     def check_enrolment(self, name: str) -> str:
         """The canonical name for a new enrolled voice; EnrolmentError as ``enrol`` raises."""
         return self._check_enrolment(name, [0] * self.num_globals)[0]
@@ -193,7 +211,8 @@ class VoiceBook:
         if taken:
             raise EnrolmentError(
                 f"voice name {key!r} belongs to a built-in voice of this checkpoint "
-                f"({', '.join(n for n in self.names if n not in self.enrolled)}): pick another"
+                f"({', '.join(n for n in self.names if n not in self.enrolled)}): pick another",
+                code=EnrolmentError.NAME_TAKEN,
             )
         return key, check_globals(list(global_codes), self.num_globals, f"voice {key!r}")
 
@@ -231,7 +250,11 @@ class VoiceBook:
         return data
 
     def load_prints(
-        self, data: dict[str, Any], check_prefix: Callable[[Sequence[int]], tuple[int, ...]]
+        self,
+        data: dict[str, Any],
+        check_prefix: Callable[[Sequence[int]], tuple[int, ...]],
+        *,
+        replace_enrolled: bool = False,
     ) -> list[str]:
         """Pin the prints of an exported dict (replacing pins of the same voices).
 
@@ -239,6 +262,8 @@ class VoiceBook:
             data: what ``export_prints`` returned (e.g. read from its JSON file).
             check_prefix: parses a prefix with the model's grammar and returns its globals
                 (raises ValueError when the prefix is not a voice prefix of this model).
+            replace_enrolled: the file is the whole set of enrolled voices: those it lacks are
+                removed (a reload of a shared voices file, where another replica removed one).
 
         Returns:
             The names pinned, then the names of the enrolled voices the file adds.
@@ -271,6 +296,9 @@ class VoiceBook:
                 raise ValueError(f"voice {name!r}: 'globals' do not match the prefix")
             loaded[voice.name] = VoicePrint(tuple(prefix), tuple(codes))
         self.pinned.update(loaded)
+        if replace_enrolled:
+            for gone in self.enrolled - {key for key, _ in checked}:
+                self.forget(gone)
         for key, codes in checked:
             self.enrol(key, codes)
         return sorted(loaded) + sorted(key for key, _ in checked)

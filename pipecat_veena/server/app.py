@@ -25,6 +25,7 @@ from pipecat_veena.server.openai_routes import router as openai_router
 from pipecat_veena.server.playground import add_playground
 from pipecat_veena.server.settings import ServerSettings
 from pipecat_veena.server.state import SpeechServer
+from pipecat_veena.server.voice_routes import router as voice_router
 from pipecat_veena.server.ws import stream_endpoint
 
 
@@ -72,6 +73,7 @@ def create_app(
     )
     app.state.veena = server
     app.include_router(openai_router)
+    app.include_router(voice_router)
     app.add_api_websocket_route(STREAM_PATH, stream_endpoint)
     add_playground(app)
 

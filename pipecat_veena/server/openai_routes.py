@@ -64,14 +64,22 @@ _STATUS = {
     ErrorCode.SERVER_DRAINING: 503,
     ErrorCode.ENGINE_UNAVAILABLE: 503,
     ErrorCode.TOO_MANY_CONNECTIONS: 503,
+    ErrorCode.NOT_AUDIO: 415,
+    ErrorCode.UNSUPPORTED_CODEC: 415,
+    ErrorCode.BAD_VOICE_CLIP: 422,
+    ErrorCode.VOICE_NAME_TAKEN: 409,
+    ErrorCode.TRANSCRIPT_UNSUPPORTED: 422,
+    ErrorCode.ENROLMENT_UNSUPPORTED: 422,
 }
 
 router = APIRouter()
 
 
-def error_response(error: ProtocolError, param: str | None = None) -> JSONResponse:
-    """An OpenAI-shaped error body with the status that fits the code."""
-    status = _STATUS.get(error.code, 400)
+def error_response(
+    error: ProtocolError, param: str | None = None, status: int | None = None
+) -> JSONResponse:
+    """An OpenAI-shaped error body with the status that fits the code (or ``status``)."""
+    status = status or _STATUS.get(error.code, 400)
     kind = {401: "authentication_error", 429: "rate_limit_error"}.get(
         status, "invalid_request_error" if status < 500 else "server_error"
     )
@@ -155,8 +163,10 @@ def _stopped_message(code: str) -> str:
     return f"the server stopped this request ({code}); retry it"
 
 
-async def read_body(request: Request, settings: ServerSettings) -> bytes:
-    """The request body, read within ``body_timeout_s`` and never past ``max_message_bytes``.
+async def read_body(request: Request, settings: ServerSettings, cap: int | None = None) -> bytes:
+    """The request body, read within ``body_timeout_s`` and never past ``cap``.
+
+    ``cap``: None for ``max_message_bytes`` (uploads pass ``max_upload_bytes``).
 
     A declared Content-Length over the cap is refused before reading; a chunked body is read
     only up to the cap.
@@ -164,7 +174,7 @@ async def read_body(request: Request, settings: ServerSettings) -> bytes:
     Raises:
         ProtocolError: ``message_too_large`` or ``request_timeout``.
     """
-    cap = settings.max_message_bytes
+    cap = cap or settings.max_message_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
         raise ProtocolError(
@@ -290,6 +300,7 @@ async def _body(
 async def voices(request: Request) -> Response:
     """The checkpoint's voices (default first), what OpenAI's voice names map to, the model.
 
+    ``voices`` holds the enrolled voices too, ``enrolled`` only those (``POST`` enrols one);
     ``demo`` is true on a demo checkpoint (random weights: its voices make sound, not words).
     """
     server: SpeechServer = request.app.state.veena
@@ -304,6 +315,7 @@ async def voices(request: Request) -> Response:
     return JSONResponse(
         {
             "voices": list(engine.voices),
+            "enrolled": list(getattr(engine, "enrolled_voices", [])),
             "default": engine.voices[0],
             "voice_levels": server.voice_levels,
             "openai_aliases": {name: server.voice_map[name] for name in OPENAI_VOICES},

@@ -1,7 +1,8 @@
 """Serving the app with uvicorn in the current event loop (tests, benchmarks, ``serve``).
 
-``pipecat-veena serve`` adds a graceful drain on SIGTERM. The HTTP protocol is uvicorn's h11 with
-the server's connection and header limits (``http_limits``).
+``pipecat-veena serve`` adds a graceful drain on SIGTERM and a voices-file reload on SIGHUP. The
+HTTP protocol is uvicorn's h11 with the server's connection and header limits
+(``http_limits``).
 
 The engine lives on this loop (vLLM binds an engine to its loop), so the server runs here too,
 as a task, instead of in ``uvicorn.run``'s own loop.
@@ -155,6 +156,8 @@ class ServerHandle:
 async def serve_until_signalled(handle: ServerHandle, *, on_ready: Any = None) -> int:
     """Serve until SIGTERM or SIGINT, then drain; returns the process exit status.
 
+    SIGHUP reads the engine's voices file again at once (it is also reloaded when it changes).
+
     The first signal drains (``/ready`` 503, new streams refused, in-flight ones get
     ``drain_timeout_s`` to finish, then are cancelled), then the engine shuts down. A second
     signal cancels what is left at once. Exit status 1 when the engine failed to start.
@@ -165,6 +168,7 @@ async def serve_until_signalled(handle: ServerHandle, *, on_ready: Any = None) -
     def listen() -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, signals.put_nowait, sig)
+        loop.add_signal_handler(signal.SIGHUP, _reload_voices, handle)
 
     listen()
     await handle.start()
@@ -194,6 +198,20 @@ async def serve_until_signalled(handle: ServerHandle, *, on_ready: Any = None) -
         await state.drain(deadline_s=0.001)
         await stopping
     await cancel_and_wait(started, first_signal, second_signal)
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.remove_signal_handler(sig)
     return status
+
+
+def _reload_voices(handle: ServerHandle) -> None:
+    """SIGHUP: read the engine's voices file again now (enrolled voices, pinned prints)."""
+    refresh = getattr(handle.state.engine, "refresh_voices", None)
+    if refresh is None:
+        logger.info("speech server: SIGHUP: this engine has no voices file to reload")
+        return
+    try:
+        reloaded = refresh(now=True)
+    except Exception as e:  # not started yet: the start reads the file anyway
+        logger.warning(f"speech server: SIGHUP: voices file not reloaded: {e}")
+        return
+    logger.info(f"speech server: SIGHUP: voices file {'reloaded' if reloaded else 'unchanged'}")

@@ -58,6 +58,8 @@ class ServerSettings:
             stream slot and keeps its connection from idling out forever.
         max_text_chars: longest text of one utterance (all its appended pieces together).
         max_message_bytes: longest WebSocket message or HTTP request body.
+        max_upload_bytes: longest voice-clip upload (``POST /v1/audio/voices``, the whole
+            multipart body); more gets a 413 (``message_too_large``).
         idle_timeout_s: a WebSocket with no utterance in flight and no message for this long
             is closed (``idle_timeout``).
         slow_client_timeout_s: a client that takes longer than this to accept one message
@@ -89,6 +91,7 @@ class ServerSettings:
     open_utterance_timeout_s: float = 60.0
     max_text_chars: int = 4096
     max_message_bytes: int = 64 * 1024
+    max_upload_bytes: int = 8 * 1024 * 1024
     idle_timeout_s: float = 300.0
     slow_client_timeout_s: float = 10.0
     send_buffer_bytes: int = 1 << 20
@@ -101,7 +104,8 @@ class ServerSettings:
     voice_map: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_streams", "max_text_chars", "max_message_bytes", "send_buffer_bytes",
+        for name in ("max_streams", "max_text_chars", "max_message_bytes", "max_upload_bytes",
+                     "send_buffer_bytes",
                      "max_open_utterances", "max_connections", "max_header_bytes",
                      "max_headers"):  # fmt: skip
             if getattr(self, name) < 1:

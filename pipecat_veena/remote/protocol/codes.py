@@ -7,6 +7,7 @@ codes back into exceptions (``error_for``). docs/protocol.md lists every code.
 from __future__ import annotations
 
 from pipecat_veena.errors import (
+    EnrolmentError,
     GenerationError,
     MalformedStreamError,
     NoAudioError,
@@ -50,6 +51,15 @@ class ErrorCode:
     REQUEST_TIMEOUT = "request_timeout"
     HEADERS_TOO_LARGE = "headers_too_large"
     TOO_MANY_CONNECTIONS = "too_many_connections"
+    # HTTP only: voice enrolment (POST /v1/audio/voices)
+    NOT_AUDIO = "not_audio"
+    UNSUPPORTED_CODEC = "unsupported_codec"
+    BAD_VOICE_CLIP = EnrolmentError.BAD_CLIP
+    BAD_VOICE_NAME = EnrolmentError.BAD_NAME
+    VOICE_NAME_TAKEN = EnrolmentError.NAME_TAKEN
+    ENROLMENT_UNSUPPORTED = EnrolmentError.UNSUPPORTED
+    CONSENT_REQUIRED = "consent_required"
+    TRANSCRIPT_UNSUPPORTED = "transcript_unsupported"
 
 
 #: Codes after which the same request may succeed elsewhere or later.
