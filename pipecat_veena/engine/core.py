@@ -285,8 +285,9 @@ class VeenaEngine:
         codes of a voice (its first 6 s, tiled when shorter, after volume normalisation); the
         voice is kept with the others and exported by ``export_voices`` (JSON), so replicas
         that load the file speak it too; with ``EngineConfig(voices_file=...)`` it is written
-        to that file at once (replicas sharing the file reload it when it changes). The work runs in a worker thread; the speaker encoder
-        loads on first use. Cloning quality depends on the base model.
+        to that file at once (replicas sharing the file reload it when it changes). The work
+        runs in a worker thread; the speaker encoder loads on first use. Cloning quality
+        depends on the base model.
 
         Args:
             name: the new voice's name (letters, digits, ``_ - .``); enrolling a name again
