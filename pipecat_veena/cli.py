@@ -168,12 +168,16 @@ async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: obj
 
     # JSON logs: no progress bar from vLLM's engine process on stderr either
     quiet_load = {"engine_kwargs": {"use_tqdm_on_load": False}} if args.log_format == "json" else {}
+    from pipecat_veena.engine import default_voices_file
+
+    voices_file = args.voices_file or default_voices_file(checkpoint)
     engine = VeenaEngine(
         EngineConfig(
             checkpoint=checkpoint,
             device=args.device,
             codec_dtype=_codec_dtype(args),
             generator_kwargs=quiet_load,
+            voices_file=voices_file,
         )
     )
     app = create_app(engine, settings, demo=is_demo_checkpoint(checkpoint))  # type: ignore[arg-type]
@@ -216,6 +220,52 @@ def _serve(args: argparse.Namespace) -> int:
     # the server's own lifecycle (ready, draining, stopped) at info; -v: debug
     args.uvicorn_logging = configure_server_logs(args.log_format, verbose=args.verbose)
     return asyncio.run(_serve_async(args, checkpoint, settings))
+
+
+def _voices(args: argparse.Namespace) -> int:
+    from pipecat_veena.engine import (
+        default_voices_file,
+        enrol_into_file,
+        read_voices_file,
+        remove_from_file,
+    )
+
+    _quiet(False)
+    checkpoint = _demo_or(args.model)
+    path = args.voices_file or default_voices_file(checkpoint)
+    if args.action == "list":
+        from pipecat_veena.engine import detect_layout, spark_voices, veena_voices
+
+        layout = detect_layout(checkpoint)
+        book = spark_voices(layout.root, 32) if layout.family == "bicodec" else (
+            veena_voices(layout.root))  # fmt: skip
+        enrolled = sorted(read_voices_file(path).get("enrolled", {}))
+        print(f"built-in: {', '.join(book.names)}")
+        print(f"enrolled ({path}): {', '.join(enrolled) or 'none'}")
+        return 0
+    if args.name is None:
+        raise ValueError(f"voices {args.action} NAME: give the voice's name")
+    if args.action == "remove":
+        print(f"removed {remove_from_file(path, args.name)!r} from {path}")
+        return 0
+    if args.clip is None:
+        raise ValueError("voices add NAME CLIP: give the voice clip's file")
+    if args.transcript:
+        raise ValueError(
+            "--transcript: transcript mode needs the wav2vec2 model next to the checkpoint; "
+            "leave it out to enrol from the audio alone"
+        )
+    from pipecat_veena.remote.protocol import ProtocolError
+    from pipecat_veena.server.uploads import decode_clip
+
+    try:
+        samples, rate = decode_clip(args.clip.read_bytes(), 30.0)
+    except ProtocolError as e:
+        raise ValueError(f"{args.clip}: {e.message}") from None
+    codes = enrol_into_file(checkpoint, path, args.name, samples, rate)
+    print(f"enrolled {args.name.strip().lower()!r} into {path} (32 global codes: {codes[:4]}...)")
+    print("a server with this voices file picks it up within a second (or send it SIGHUP)")
+    return 0
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -324,12 +374,31 @@ def build_parser() -> argparse.ArgumentParser:
                      help="most header fields in one request (else 431)")
     srv.add_argument("--voice-map", default=None,
                      help="OpenAI voice names to checkpoint voices, e.g. alloy=female,echo=male")
+    srv.add_argument("--voices-file", type=Path, default=None,
+                     help="enrolled voices and pinned prints (JSON), shared by replicas: written "
+                          "on enrolment, reloaded when it changes and on SIGHUP (None: "
+                          "voice-prints.json in the checkpoint)")
     _add_device_arguments(srv)
     srv.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     srv.add_argument("--log-format", choices=LOG_FORMATS, default="text",
                      help="stderr logs as text, or as JSON lines (loguru's serialized records; "
                           "each utterance's lines carry its request_id)")
     srv.set_defaults(func=_serve)
+
+    voices = sub.add_parser(
+        "voices",
+        help="enrol, list or remove voices of a checkpoint's voices file (BiCodec models)",
+        description="voices add NAME clip.wav | list | remove NAME. Enrol only voices whose "
+        "speaker consented. The clip: 3-30 s of one speaker (wav, mp3, ogg, m4a, flac).",
+    )
+    voices.add_argument("action", choices=("add", "list", "remove"))
+    voices.add_argument("name", nargs="?", default=None, help="the voice's name (add, remove)")
+    voices.add_argument("clip", nargs="?", type=Path, default=None, help="the clip (add)")
+    voices.add_argument("--transcript", default=None, help="the clip's words (transcript mode)")
+    voices.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
+    voices.add_argument("--voices-file", type=Path, default=None,
+                        help="the voices file (default: voice-prints.json in the checkpoint)")
+    voices.set_defaults(func=_voices)
 
     cal = sub.add_parser("calibrate", help="measure the lookahead a checkpoint's codec needs")
     cal.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")

@@ -304,3 +304,22 @@ async def test_sighup_reloads_the_voices_file(checkpoint, clips, tmp_path) -> No
         os.kill(os.getpid(), signal.SIGTERM)  # the server's own handler drains and stops it
         assert await asyncio.wait_for(serving_task, 30) == 0
         await reader.shutdown()
+
+
+def test_cli_voices_add_list_remove(checkpoint, clips, tmp_path, capsys) -> None:
+    from pipecat_veena.cli import main
+
+    clip = tmp_path / "clip.mp3"
+    clip.write_bytes(encode_clip(clips[44100], 44100, "mp3"))
+    voices = ["--model", str(checkpoint), "--voices-file", str(tmp_path / "v.json")]
+    assert main(["voices", "add", "Asha", str(clip), *voices]) == 0
+    assert main(["voices", "list", *voices]) == 0
+    assert "enrolled" in capsys.readouterr().out.splitlines()[-1].split(":")[0]
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert len(data["enrolled"]["asha"]["globals"]) == 32
+    assert main(["voices", "add", "female", str(clip), *voices]) == 2  # a built-in name
+    assert main(["voices", "add", "x", str(tmp_path / "v.json"), *voices]) == 2  # not audio
+    assert "not audio" in capsys.readouterr().err
+    assert main(["voices", "remove", "asha", *voices]) == 0
+    assert main(["voices", "remove", "asha", *voices]) == 2
+    assert "enrolled" not in json.loads((tmp_path / "v.json").read_text())

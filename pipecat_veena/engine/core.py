@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -30,6 +29,7 @@ from pipecat_veena.engine.config import EngineConfig
 from pipecat_veena.engine.formats import ModelFormat, load_format, load_tokenizer
 from pipecat_veena.engine.utterance import AudioChunk, EngineParts, Utterance
 from pipecat_veena.engine.voices import Voice
+from pipecat_veena.engine.voices_file import snac_cannot_enrol, write_voices_file
 from pipecat_veena.errors import (
     CheckpointError,
     EngineDeadError,
@@ -336,12 +336,7 @@ class VeenaEngine:
         """
         fmt = self._require_format()
         if fmt.family != "bicodec":
-            raise EnrolmentError(
-                f"{self.model_name} is a SNAC model (Veena / Orpheus layout): it has no "
-                "speaker encoder, so voices cannot be enrolled from a clip. Fine-tune the "
-                "model on the speaker and serve the result as a LoRA adapter voice instead.",
-                code=EnrolmentError.UNSUPPORTED,
-            )
+            raise snac_cannot_enrol(self.model_name)
         self.refresh_voices(now=True)  # another replica may have enrolled or removed voices
         return fmt.voices.check_enrolment(name)
 
@@ -410,13 +405,7 @@ class VeenaEngine:
         if path is None:
             return
         path = Path(path)
-        data = self._require_format().voices.export_prints(self.model_name)
-        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        try:
-            temporary.write_text(json.dumps(data, indent=1), encoding="utf-8")
-            os.replace(temporary, path)  # readers see the old file or the new one, never half
-        finally:
-            temporary.unlink(missing_ok=True)
+        write_voices_file(path, self._require_format().voices.export_prints(self.model_name))
         self._voices_seen = _file_signature(path)
 
     async def _speaker_encoder_loaded(self) -> BiCodecSpeakerEncoder:
