@@ -28,9 +28,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from loguru import logger
 
-from pipecat_veena.engine import Voice, VoiceBook
+from pipecat_veena.engine import Voice, VoiceBook, check_voice_name
 from pipecat_veena.errors import (
     EngineNotRunningError,
+    EnrolmentError,
     GenerationError,
     RemoteError,
     ServerUnavailableError,
@@ -169,17 +170,25 @@ class RemoteVeenaEngine:
     def check_voice(self, voice: str | None) -> str:
         """Canonical name of ``voice`` by the server's voices or its OpenAI voice names.
 
-        An OpenAI name (``alloy``...) gives the voice the server maps it to. Raises
-        UnknownVoiceError.
+        An OpenAI name (``alloy``...) gives the voice the server maps it to. On a server that
+        enrols voices (``ready.enrols_voices``), a well-formed name that the server did not
+        list when this client connected may be a voice enrolled since: it is accepted, and the
+        server answers ``unknown_voice`` (UnknownVoiceError) if it has no such voice.
+        Raises UnknownVoiceError.
         """
         info = self._require_info()
         try:
             return self._book.resolve(voice).name
         except UnknownVoiceError:
             mapped = info.openai_aliases.get(str(voice).strip().lower())
-            if mapped is None:
-                raise
-            return mapped
+            if mapped is not None:
+                return mapped
+            if info.enrols_voices and voice is not None:
+                try:
+                    return check_voice_name(voice)
+                except EnrolmentError:
+                    pass
+            raise
 
     def check_options(self, **options: Any) -> None:
         """Raise ValueError naming the problem when request options cannot work."""

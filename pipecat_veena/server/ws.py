@@ -112,6 +112,7 @@ class Connection:
             limits=self.settings.limits(),
             emotion_tags=list(engine.emotion_tags),
             openai_aliases=dict(self.server.voice_map),
+            enrols_voices=callable(getattr(engine, "enroll_voice", None)),
         )
 
     def go_away(self) -> None:

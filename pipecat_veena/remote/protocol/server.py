@@ -32,6 +32,7 @@ class Ready:
     limits: dict[str, Any]
     emotion_tags: list[str] = field(default_factory=list)
     openai_aliases: dict[str, str] = field(default_factory=dict)
+    enrols_voices: bool = False
     protocol: int = PROTOCOL_VERSION
     type: str = "ready"
 

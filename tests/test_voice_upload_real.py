@@ -1,0 +1,150 @@
+"""Voice enrolment end to end through the real parts: espeak-ng speech at several rates and in
+several formats uploaded with httpx to a real server (real sockets) over the real engine (vLLM
+CPU on the demo spark checkpoint, its speaker encoder), then spoken with the enrolled name by the
+openai client, VeenaTTSService in a Pipecat pipeline, and RemoteVeenaEngine under
+VeenaTTSService (a voice enrolled after the client connected). Prints the time to first audio of
+an enrolled voice against an unpinned generated one."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import httpx
+import openai
+import pytest
+import pytest_asyncio
+from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame, TTSSpeakFrame
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.tests.utils import run_test
+from recording import RecordingGenerator
+from speech import encode_clip, espeak
+
+from pipecat_veena.engine import EngineConfig, VeenaEngine
+from pipecat_veena.remote import RemoteVeenaEngine
+from pipecat_veena.server import ServerHandle, create_app
+from pipecat_veena.service import VeenaTTSService
+
+pytestmark = pytest.mark.vllm
+VOICES = "/v1/audio/voices"
+#: (name, format, rate) of the uploads.
+UPLOADS = [("asha", "wav", 22050), ("ravi", "mp3", 44100), ("mira", "ogg", 48000),
+           ("dev", "flac", 16000)]  # fmt: skip
+
+
+@pytest_asyncio.fixture(scope="module")
+async def real(spark_tiny_checkpoint, spark_generator, tmp_path_factory):
+    """(engine, recorder, server): the real engine, unpinned voices, behind one server."""
+    recorder = RecordingGenerator(spark_generator)
+    config = EngineConfig(
+        checkpoint=spark_tiny_checkpoint,
+        warmup=False,
+        pin_voices=False,
+        max_model_len=2048,
+        voices_file=tmp_path_factory.mktemp("voices") / "voices.json",
+    )
+    engine = VeenaEngine(config, generator=recorder)
+    await engine.start()
+    handle = await ServerHandle(create_app(engine, owns_engine=False)).start()
+    try:
+        await handle.state.wait_started()
+        yield engine, recorder, handle
+    finally:
+        await handle.stop()
+        await engine.shutdown()
+
+
+async def test_uploaded_voices_speak_through_every_client(real, tmp_path):
+    engine, recorder, server = real
+    async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
+        for name, fmt, rate in UPLOADS:
+            clip = espeak(tmp_path, "en+f3" if name != "ravi" else "en+m3", 160, 55, 2, rate=rate)
+            files = {"file": (f"{name}.{fmt}", encode_clip(clip, rate, fmt))}
+            answer = await http.post(
+                VOICES, files=files, data={"name": name, "consent": "true"}
+            )
+            assert answer.status_code == 201, answer.text
+            assert len(answer.json()["global_tokens"]) == 32
+        listed = (await http.get(VOICES)).json()
+        assert sorted(listed["enrolled"]) == sorted(n for n, _, _ in UPLOADS)
+        codes = {n: engine._format.voices.resolve(n).globals for n, _, _ in UPLOADS}
+        assert codes["ravi"] != codes["asha"]  # another espeak voice, other codes
+
+    ids = engine._format.ids
+
+    def spoke_with(name: str, rid_prefix: str | None = None) -> None:
+        rids = [r for r in recorder.prompts if rid_prefix is None or r.startswith(rid_prefix)]
+        prompt = recorder.prompts[rids[-1]]
+        globals_ = list(ids.global_ids(codes[name]))
+        at = prompt.index(globals_[0])
+        assert prompt[at : at + 32] == globals_
+        generated = recorder.outputs[rids[-1]]
+        assert not [t for t in generated if 0 <= t - ids.global_base < ids.num_global_codes]
+
+    client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    async with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="ravi", input="Hello from the OpenAI client.", response_format="pcm"
+    ) as response:
+        pcm = b"".join([chunk async for chunk in response.iter_bytes()])
+        rid = response.headers["x-request-id"]
+    assert len(pcm) > 0
+    spoke_with("ravi", rid)
+    await client.close()
+
+    # Pipecat's OpenAITTSService takes OpenAI's voice names only (--voice-map maps one to an
+    # enrolled voice); Pipecat's VeenaTTSService takes the enrolled name, in process ...
+    down, up = await run_test(
+        VeenaTTSService(engine, voice="mira", seed=2),
+        frames_to_send=[TTSSpeakFrame("Through a Pipecat pipeline.")],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    assert sum(len(f.audio) for f in down if isinstance(f, TTSAudioRawFrame)) > 0
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    spoke_with("mira")
+
+    # ... and over the server, through RemoteVeenaEngine, a voice enrolled after it connected
+    async with RemoteVeenaEngine(server.url) as remote:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
+            clip = espeak(tmp_path, "en+f4", 150, 40, 2, rate=24000)
+            files = {"file": ("late.m4a", encode_clip(clip, 24000, "m4a"))}
+            late = await http.post(VOICES, files=files, data={"name": "late", "consent": "true"})
+            assert late.status_code == 201, late.text
+        codes["late"] = tuple(late.json()["global_tokens"])
+        assert remote.check_voice("late") == "late"  # enrolled after the client connected
+        down, up = await run_test(
+            VeenaTTSService(remote, voice="late", seed=4),
+            frames_to_send=[TTSSpeakFrame("Through the remote engine.")],
+            pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+        )
+        assert sum(len(f.audio) for f in down if isinstance(f, TTSAudioRawFrame)) > 0
+        assert not [f for f in up if isinstance(f, ErrorFrame)]
+        spoke_with("late")
+
+
+async def _first_audio_ms(engine: VeenaEngine, voice: str, seed: int) -> float:
+    start = time.perf_counter()
+    async for _ in engine.stream("Hello there, how are you today?", voice=voice, seed=seed):
+        first = time.perf_counter()
+        break
+    return 1000 * (first - start)
+
+
+async def test_time_to_first_audio_enrolled_vs_unpinned(real, tmp_path):
+    engine, _, _ = await _first_ready(real, tmp_path)
+    times: dict[str, list[float]] = {"female": [], "asha": []}
+    for seed in range(5):
+        for voice in times:
+            times[voice].append(await _first_audio_ms(engine, voice, seed))
+    medians = {v: statistics.median(t) for v, t in times.items()}
+    print(f"time to first audio (median of 5, ms): unpinned female {medians['female']:.0f}, "
+          f"enrolled asha {medians['asha']:.0f}")  # fmt: skip
+    assert medians["asha"] < 3 * medians["female"]  # generous: the enrolled voice is no slower
+
+
+async def _first_ready(real, tmp_path):
+    engine, recorder, server = real
+    if "asha" not in engine.voices:
+        clip = espeak(tmp_path, "en+f3", 160, 55, 2, rate=22050)
+        await engine.enroll_voice("asha", clip, 22050)
+    await _first_audio_ms(engine, "asha", 99)  # warm
+    return engine, recorder, server
