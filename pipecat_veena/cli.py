@@ -148,6 +148,7 @@ def _server_settings(args: argparse.Namespace) -> object:
         open_utterance_timeout_s=args.open_utterance_timeout,
         max_text_chars=args.max_text_chars,
         max_message_bytes=args.max_message_bytes,
+        max_upload_bytes=args.max_upload_bytes,
         idle_timeout_s=args.idle_timeout,
         slow_client_timeout_s=args.slow_client_timeout,
         drain_timeout_s=args.drain_timeout,
@@ -355,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="longest text of one utterance")
     srv.add_argument("--max-message-bytes", type=int, default=limits.max_message_bytes,
                      help="longest WebSocket message or HTTP body")
+    srv.add_argument("--max-upload-bytes", type=int, default=limits.max_upload_bytes,
+                     help="longest voice-clip upload (POST /v1/audio/voices), else 413")
     srv.add_argument("--idle-timeout", type=float, default=limits.idle_timeout_s,
                      help="seconds before an idle WebSocket is closed")
     srv.add_argument("--slow-client-timeout", type=float, default=limits.slow_client_timeout_s,
