@@ -60,9 +60,7 @@ async def test_uploaded_voices_speak_through_every_client(real, tmp_path):
         for name, fmt, rate in UPLOADS:
             clip = espeak(tmp_path, "en+f3" if name != "ravi" else "en+m3", 160, 55, 2, rate=rate)
             files = {"file": (f"{name}.{fmt}", encode_clip(clip, rate, fmt))}
-            answer = await http.post(
-                VOICES, files=files, data={"name": name, "consent": "true"}
-            )
+            answer = await http.post(VOICES, files=files, data={"name": name, "consent": "true"})
             assert answer.status_code == 201, answer.text
             assert len(answer.json()["global_tokens"]) == 32
         listed = (await http.get(VOICES)).json()
@@ -93,13 +91,7 @@ async def test_uploaded_voices_speak_through_every_client(real, tmp_path):
 
     # Pipecat's OpenAITTSService takes OpenAI's voice names only (--voice-map maps one to an
     # enrolled voice); Pipecat's VeenaTTSService takes the enrolled name, in process ...
-    down, up = await run_test(
-        VeenaTTSService(engine, voice="mira", seed=2),
-        frames_to_send=[TTSSpeakFrame("Through a Pipecat pipeline.")],
-        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
-    )
-    assert sum(len(f.audio) for f in down if isinstance(f, TTSAudioRawFrame)) > 0
-    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    await _pipeline_speaks(VeenaTTSService(engine, voice="mira", seed=2))
     spoke_with("mira")
 
     # ... and over the server, through RemoteVeenaEngine, a voice enrolled after it connected
@@ -111,14 +103,19 @@ async def test_uploaded_voices_speak_through_every_client(real, tmp_path):
             assert late.status_code == 201, late.text
         codes["late"] = tuple(late.json()["global_tokens"])
         assert remote.check_voice("late") == "late"  # enrolled after the client connected
-        down, up = await run_test(
-            VeenaTTSService(remote, voice="late", seed=4),
-            frames_to_send=[TTSSpeakFrame("Through the remote engine.")],
-            pipeline_params=PipelineParams(audio_out_sample_rate=16000),
-        )
-        assert sum(len(f.audio) for f in down if isinstance(f, TTSAudioRawFrame)) > 0
-        assert not [f for f in up if isinstance(f, ErrorFrame)]
+        await _pipeline_speaks(VeenaTTSService(remote, voice="late", seed=4))
         spoke_with("late")
+
+
+async def _pipeline_speaks(tts: VeenaTTSService) -> None:
+    """``tts`` in a real Pipecat pipeline says a sentence: audio, and no error."""
+    down, up = await run_test(
+        tts,
+        frames_to_send=[TTSSpeakFrame("Through a Pipecat pipeline.")],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    assert sum(len(f.audio) for f in down if isinstance(f, TTSAudioRawFrame)) > 0
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
 
 
 async def _first_audio_ms(engine: VeenaEngine, voice: str, seed: int) -> float:

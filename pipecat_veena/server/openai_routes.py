@@ -296,6 +296,20 @@ async def _body(
     outcome[0] = "completed"
 
 
+def admitted(request: Request) -> SpeechServer:
+    """The app's server, once the request's key is good and the engine is ready.
+
+    Raises:
+        ProtocolError: ``unauthorized``, or why the server cannot serve now.
+    """
+    server: SpeechServer = request.app.state.veena
+    authenticate(server.settings, request.headers.get("authorization"), None)
+    problem = server.availability()
+    if problem is not None:
+        raise problem
+    return server
+
+
 @router.get("/v1/audio/voices")
 async def voices(request: Request) -> Response:
     """The checkpoint's voices (default first), what OpenAI's voice names map to, the model.
@@ -303,12 +317,8 @@ async def voices(request: Request) -> Response:
     ``voices`` holds the enrolled voices too, ``enrolled`` only those (``POST`` enrols one);
     ``demo`` is true on a demo checkpoint (random weights: its voices make sound, not words).
     """
-    server: SpeechServer = request.app.state.veena
     try:
-        authenticate(server.settings, request.headers.get("authorization"), None)
-        problem = server.availability()
-        if problem is not None:
-            raise problem
+        server = admitted(request)
     except ProtocolError as e:
         return error_response(e)
     engine = server.engine

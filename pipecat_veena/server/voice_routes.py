@@ -22,8 +22,7 @@ from starlette.datastructures import FormData, UploadFile
 
 from pipecat_veena.errors import EnrolmentError, UnknownVoiceError
 from pipecat_veena.remote.protocol import ErrorCode, ProtocolError
-from pipecat_veena.server.limits import authenticate
-from pipecat_veena.server.openai_routes import error_response, read_body
+from pipecat_veena.server.openai_routes import admitted, error_response, read_body
 from pipecat_veena.server.state import SpeechServer
 from pipecat_veena.server.uploads import decode_clip, parse_form
 
@@ -90,10 +89,7 @@ async def enrol(request: Request) -> Response:
     server: SpeechServer = request.app.state.veena
     settings = server.settings
     try:
-        authenticate(settings, request.headers.get("authorization"), None)
-        problem = server.availability()
-        if problem is not None:
-            raise problem
+        admitted(request)
         engine = _enrolling_engine(server)
         body = await read_body(request, settings, settings.max_upload_bytes)
         form = await parse_form(request.headers, body)
@@ -133,13 +129,8 @@ _FILE_CODES = (ErrorCode.NOT_AUDIO, ErrorCode.UNSUPPORTED_CODEC, ErrorCode.BAD_V
 @router.delete("/v1/audio/voices/{name}")
 async def remove(request: Request, name: str) -> Response:
     """Remove an enrolled voice (built-in voices stay); 404 for a name that is no voice."""
-    server: SpeechServer = request.app.state.veena
     try:
-        authenticate(server.settings, request.headers.get("authorization"), None)
-        problem = server.availability()
-        if problem is not None:
-            raise problem
-        engine = _enrolling_engine(server)
+        engine = _enrolling_engine(admitted(request))
         key = engine.remove_voice(name)
     except ProtocolError as e:
         return error_response(e)
