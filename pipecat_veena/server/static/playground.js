@@ -76,6 +76,7 @@ const page = {
   // key_needed, key_refused, unreachable (redialling with backoff)
   connection: "connecting",
   hint: null, // why playback stutters, when it does
+  enrolled: null, // the last voice enrolled from this page (POST /v1/audio/voices), if any
 };
 window.playground = page;
 
@@ -539,6 +540,71 @@ function drawWave() {
   requestAnimationFrame(drawWave);
 }
 
+// -- your own voice: record (getUserMedia) or upload, then POST /v1/audio/voices -----------
+let recorder = null; // {media: MediaRecorder, chunks: Blob[]} while recording
+let recorded = null; // the last recording, a Blob
+
+async function toggleRecording() {
+  if (recorder) {
+    recorder.media.stop();
+    return;
+  }
+  let stream;
+  try {
+    stream = await navigator.mediaDevices.getUserMedia({ audio: true });
+  } catch (e) {
+    showMessage(`The microphone is not available (${e.message}): upload a file instead.`);
+    return;
+  }
+  const media = new MediaRecorder(stream);
+  recorder = { media, chunks: [] };
+  media.ondataavailable = (event) => recorder && recorder.chunks.push(event.data);
+  media.onstop = () => {
+    stream.getTracks().forEach((track) => track.stop());
+    recorded = new Blob(recorder.chunks, { type: media.mimeType });
+    recorder = null;
+    $("record").textContent = "Record again";
+    $("recording").textContent = `recorded ${(recorded.size / 1024).toFixed(0)} KB`;
+  };
+  media.start();
+  $("record").textContent = "Stop recording";
+  $("recording").textContent = "recording… (speak for about 10 s)";
+}
+
+async function enrol() {
+  const file = $("clip").files[0] || recorded;
+  if (!file) return showMessage("Record a clip or choose a file first.");
+  if (!$("consent").checked) {
+    return showMessage("Tick the consent box: enrol only the voice of someone who agreed.");
+  }
+  const form = new FormData();
+  form.append("file", file, file.name || "recording.webm");
+  form.append("name", $("voice-name").value.trim());
+  form.append("consent", "true");
+  $("enrol-button").disabled = true;
+  showMessage("Enrolling the voice…");
+  try {
+    const response = await fetch("/v1/audio/voices", {
+      method: "POST",
+      headers: authHeaders(),
+      body: form,
+    });
+    const body = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      const error = body.error || { code: "http_" + response.status, message: "" };
+      return showMessage(`Not enrolled (${error.code}): ${describe(error)}`);
+    }
+    await loadVoices();
+    $("voice").value = body.id;
+    page.enrolled = body.id;
+    showMessage(`Voice "${body.id}" enrolled: it is selected in Voice.`);
+  } catch (e) {
+    showMessage(`The upload failed (${e.message}).`);
+  } finally {
+    $("enrol-button").disabled = false;
+  }
+}
+
 // -- start -------------------------------------------------------------------------------
 async function refresh() {
   if (page.connection !== "unreachable") setConnection("connecting");
@@ -567,6 +633,8 @@ function init() {
   };
   $("speak").onclick = speak;
   $("stop").onclick = stop;
+  $("record").onclick = toggleRecording;
+  $("enrol-button").onclick = enrol;
   setInterval(watchHealth, HEALTH_EVERY_S * 1000);
   requestAnimationFrame(drawWave);
   refresh().then(() => window.isSecureContext || showMessage(INSECURE));
