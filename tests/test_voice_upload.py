@@ -301,7 +301,8 @@ async def test_sighup_reloads_the_voices_file(checkpoint, clips, tmp_path) -> No
         os.kill(os.getpid(), signal.SIGHUP)
         await until(lambda: "mira" in reader._format.voices.enrolled, 5)
     finally:
-        os.kill(os.getpid(), signal.SIGTERM)  # the server's own handler drains and stops it
+        if not serving_task.done():  # its handler is installed: it drains and stops the server
+            os.kill(os.getpid(), signal.SIGTERM)
         assert await asyncio.wait_for(serving_task, 30) == 0
         await reader.shutdown()
 
@@ -323,3 +324,19 @@ def test_cli_voices_add_list_remove(checkpoint, clips, tmp_path, capsys) -> None
     assert main(["voices", "remove", "asha", *voices]) == 0
     assert main(["voices", "remove", "asha", *voices]) == 2
     assert "enrolled" not in json.loads((tmp_path / "v.json").read_text())
+
+
+async def test_a_voices_file_that_cannot_be_written_changes_nothing(checkpoint, clips, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    engine, _ = await _engine(checkpoint, voices_file=blocker / "voices.json")
+    try:
+        async with serving(engine) as handle:
+            answer = await _post(handle.url, _form(encode_clip(clips[16000], 16000, "wav")))
+        assert answer.status_code == 422
+        error = answer.json()["error"]
+        assert error["code"] == "enrolment_unsupported"
+        assert "cannot write the voices file" in error["message"]
+        assert engine.enrolled_voices == [] and "asha" not in engine.voices
+    finally:
+        await engine.shutdown()

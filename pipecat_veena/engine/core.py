@@ -319,8 +319,9 @@ class VeenaEngine:
         start = time.perf_counter()
         codes = await asyncio.to_thread(encode)
         self.refresh_voices(now=True)
+        before = dict(fmt.voices.voices), set(fmt.voices.enrolled)
         voice = fmt.voices.enrol(name, codes)
-        self._save_voices_file()
+        self._save_voices_file(undo=before)
         logger.info(
             f"{self}: voice {voice.name!r} enrolled in "
             f"{1000 * (time.perf_counter() - start):.0f} ms (global-only)"
@@ -351,8 +352,10 @@ class VeenaEngine:
             UnknownVoiceError: no voice has that name.
         """
         self.refresh_voices(now=True)
-        key = self._require_format().voices.forget(name)
-        self._save_voices_file()
+        book = self._require_format().voices
+        before = dict(book.voices), set(book.enrolled)
+        key = book.forget(name)
+        self._save_voices_file(undo=before)
         logger.info(f"{self}: enrolled voice {key!r} removed")
         return key
 
@@ -399,13 +402,26 @@ class VeenaEngine:
         self._voices_seen = seen
         logger.info(f"{self}: voices file {path} read: {', '.join(names) or '(no voices)'}")
 
-    def _save_voices_file(self) -> None:
-        """Write the voices (pinned and enrolled) to the voices file, atomically, if any."""
+    def _save_voices_file(self, undo: tuple[dict[str, Voice], set[str]]) -> None:
+        """Write the voices (pinned and enrolled) to the voices file, atomically, if any.
+
+        Raises:
+            EnrolmentError: the file cannot be written; the voices are as they were (``undo``).
+        """
         path = self.config.voices_file
         if path is None:
             return
         path = Path(path)
-        write_voices_file(path, self._require_format().voices.export_prints(self.model_name))
+        book = self._require_format().voices
+        try:
+            write_voices_file(path, book.export_prints(self.model_name))
+        except OSError as e:
+            book.voices, book.enrolled = undo
+            raise EnrolmentError(
+                f"{self}: cannot write the voices file {path} ({e}); nothing changed: give the "
+                "engine a writable voices_file (pipecat-veena serve --voices-file PATH)",
+                code=EnrolmentError.UNSUPPORTED,
+            ) from e
         self._voices_seen = _file_signature(path)
 
     async def _speaker_encoder_loaded(self) -> BiCodecSpeakerEncoder:

@@ -192,7 +192,8 @@ class VoiceBook:
             builtin = self.resolve(key)  # UnknownVoiceError for a name that is no voice
             raise EnrolmentError(
                 f"voice {builtin.name!r} is a built-in voice of this checkpoint; only enrolled "
-                f"voices can be removed ({', '.join(sorted(self.enrolled)) or 'none yet'})"
+                f"voices can be removed ({', '.join(sorted(self.enrolled)) or 'none yet'})",
+                code=EnrolmentError.NAME_TAKEN,
             )
         self.enrolled.discard(key)
         del self.voices[key]

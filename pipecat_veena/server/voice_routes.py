@@ -136,6 +136,6 @@ async def remove(request: Request, name: str) -> Response:
         return error_response(e)
     except UnknownVoiceError as e:
         return error_response(ProtocolError(ErrorCode.UNKNOWN_VOICE, str(e)), status=404)
-    except EnrolmentError as e:
-        return error_response(ProtocolError(ErrorCode.BAD_VOICE_NAME, str(e)), status=409)
+    except EnrolmentError as e:  # a built-in voice (409), or a voices file it cannot write
+        return error_response(ProtocolError(e.code, str(e)))
     return JSONResponse({"id": key, "object": "audio.voice", "deleted": True})
