@@ -5,8 +5,10 @@ as the README says. Checked: the same API as ``pipecat-veena serve`` through Ser
 (WebSocket, OpenAI route, /health, /ready, /metrics), calls spread over both replicas and
 staying on theirs, failover (a replica's actor process killed under load: no hang, clear
 errors after first audio, the utterance that had none retried on the live replica, and Serve
-bringing the dead one back), and a replica whose engine process died being replaced (Serve's
-health probe). Nothing Ray started may outlive the session.
+bringing the dead one back), a replica whose engine process died being replaced (Serve's
+health probe), and a redeploy replacing both replicas one at a time under phone-call-like load
+(each old replica drains: goaway, in-flight utterances finish, close 1012; no turn fails or
+replays audio). Nothing Ray started may outlive the session.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from collections import Counter
 
@@ -21,6 +24,7 @@ import httpx
 import openai
 import psutil
 import pytest
+import yaml
 from ray_local import (
     ROOT,
     deploy_config,
@@ -31,10 +35,16 @@ from ray_local import (
     wait_running,
 )
 from server_fakes import RawClient, pcm_of
+from websockets.exceptions import ConnectionClosed
 
 from pipecat_veena.errors import RemoteError
 from pipecat_veena.remote import RemoteVeenaEngine
-from pipecat_veena.remote.protocol import STREAM_PATH, ErrorCode
+from pipecat_veena.remote.protocol import CLOSE_GOING_AWAY, STREAM_PATH, ErrorCode, GoAway
+
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._load_calls import CallPlan  # noqa: E402
+from benchmarks.load import run_level  # noqa: E402
 
 pytest.importorskip("ray.serve")
 
@@ -241,3 +251,94 @@ async def test_a_replica_whose_engine_died_is_replaced(serve_url):
     await asyncio.to_thread(wait_replaced, tag, 2)
     assert tag not in replica_pids() and len(replica_pids()) == 2
     assert await asyncio.to_thread(_all_ended, [replica], 30.0)
+
+
+#: The replicas' drain deadline in the redeploy: longer than any utterance takes on this shared
+#: CPU, so that no in-flight utterance is cut by the deadline itself (Serve's grace follows it).
+ROLL_DRAIN_TIMEOUT_S = 300.0
+#: The longest a turn may wait for its first audio during the roll: a turn that meets a draining
+#: replica is refused at once and goes to a new connection, which the proxy routes to the live
+#: replica; with one replica serving three calls on a shared 2-core CPU, first audio takes
+#: seconds. Generous, so that it cannot flake (the report gives the measured figure).
+ROLL_HANDOVER_BOUND_S = 20.0
+
+
+def _wait_rolled(old: set[str], replicas: int, timeout_s: float = 600.0) -> float:
+    """Wait until ``replicas`` replicas run and none of ``old`` is alive; returns seconds."""
+    start = time.monotonic()
+    while running_replicas() < replicas or old & set(replica_pids()):
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"Serve did not replace replicas {old} in {timeout_s} s")
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+async def _watch(ws: RawClient, start: float) -> tuple[float | None, int | None, float | None]:
+    """An idle call's connection during the roll: when it got ``goaway``, its close code and
+    when it closed (seconds after ``start``). It says ``cancel`` now and then (not idle)."""
+    told = None
+    try:
+        while True:
+            try:
+                message = await ws.recv(wait_s=20.0)
+            except TimeoutError:
+                await ws.send({"type": "cancel", "id": "keepalive"})
+                continue
+            if isinstance(message, GoAway) and told is None:
+                told = time.monotonic() - start
+    except ConnectionClosed:
+        return told, ws.ws.close_code, time.monotonic() - start
+
+
+async def test_a_redeploy_replaces_replicas_without_losing_a_turn(serve_url, tmp_path):
+    """A new version (changed args: Serve replaces every replica, one at a time) under three
+    calls through the proxy: each old replica drains, and no turn fails or gets audio twice."""
+    config = yaml.safe_load((ROOT / "examples" / "ray_serve_cpu.yaml").read_text())
+    (app,) = config["applications"]
+    app["args"]["server"] = {"drain_timeout_s": ROLL_DRAIN_TIMEOUT_S}
+    new_version = tmp_path / "ray_serve_cpu_v2.yaml"
+    new_version.write_text(yaml.safe_dump(config))
+    old = replica_pids()
+    assert len(old) == 2
+    # Idle calls held open on the old replicas: each must be told to go and closed with 1012.
+    watchers = []
+    for _ in range(4):
+        cm = RawClient.connect(_ws(serve_url))
+        watchers.append((cm, await cm.__aenter__()))
+    on = Counter(ws.ws.response.headers[HEADER] for _, ws in watchers)
+    start = time.monotonic()
+    watching = [asyncio.create_task(_watch(ws, start)) for _, ws in watchers]
+    took: dict[str, float] = {}
+
+    async def redeploy() -> str:
+        begun = time.monotonic()
+        await asyncio.to_thread(deploy_config, new_version)
+        took["rolled_s"] = await asyncio.to_thread(_wait_rolled, set(old), 2)
+        took["redeploy_s"] = time.monotonic() - begun
+        return f"replaced {sorted(old)} by {sorted(replica_pids())}"
+
+    plan = CallPlan(pause_s=(0.3, 1.5), hang_s=300.0)
+    try:
+        level = await run_level(
+            serve_url, 3, 900.0, plan, seed=11, fault=redeploy, fault_at_s=5.0,
+            progress=False, after_fault_s=10.0,
+        )  # fmt: skip
+        async with asyncio.timeout(30):
+            watched = await asyncio.gather(*watching)
+    finally:
+        for task in watching:
+            task.cancel()
+        for cm, _ in watchers:
+            await cm.__aexit__(None, None, None)
+    print({**level, **took, "watchers_on": dict(on), "watched": watched})  # for the report
+    assert level["fault"].startswith("replaced"), level["fault"]
+    assert not set(old) & set(replica_pids()) and running_replicas() == 2
+    for told, code, closed in watched:  # every idle call was told and let go, not cut
+        assert told is not None and code == CLOSE_GOING_AWAY, watched
+        assert closed - told < 10.0, watched
+    outcomes = level["outcomes"]
+    assert outcomes.get("completed", 0) > 10, outcomes
+    assert not level["errors"] and "error" not in outcomes and "hung" not in outcomes, level
+    assert level["replayed"] == 0  # no turn got audio twice
+    assert level["ttfa_ms"]["max"] < ROLL_HANDOVER_BOUND_S * 1000, level["ttfa_ms"]
+    assert level["left_running"] == 0

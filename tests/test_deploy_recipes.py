@@ -225,10 +225,33 @@ def test_the_gpu_config_spells_out_the_code_defaults():
     assert options["max_queued_requests"] == deploy.MAX_QUEUED_REQUESTS
     assert options["autoscaling_config"] == deploy.AUTOSCALING_CONFIG
     assert options["ray_actor_options"] == deploy.RAY_ACTOR_OPTIONS
-    assert options["graceful_shutdown_timeout_s"] == deploy.GRACEFUL_SHUTDOWN_TIMEOUT_S
+    # the replicas' whole drain fits before Serve kills one (and no longer: a dead replica's
+    # calls redial only once it is gone)
+    args = ReplicaArgs.model_validate(app["args"])
+    assert options["graceful_shutdown_timeout_s"] == deploy.shutdown_timeout_s(args)
     assert options["health_check_period_s"] == deploy.HEALTH_CHECK_PERIOD_S
     assert options["health_check_timeout_s"] == deploy.HEALTH_CHECK_TIMEOUT_S
     assert app["args"]["server"]["idle_timeout_s"] == REPLICA_SERVER_DEFAULTS["idle_timeout_s"]
+
+
+def test_serve_waits_for_a_replicas_whole_drain_before_killing_it():
+    pytest.importorskip("ray.serve")
+    from pipecat_veena.deploy.ray import VeenaReplica, veena_app
+    from pipecat_veena.server.state import drain_bound_s
+
+    def grace(app) -> float:
+        return app._bound_deployment._deployment_config.graceful_shutdown_timeout_s
+
+    for server in ({}, {"drain_timeout_s": 300}, {"drain_timeout_s": 5}):
+        args = ReplicaArgs(server=server)
+        bound = drain_bound_s(args.server_settings())
+        assert bound >= args.server_settings().drain_timeout_s
+        # the drain and the engine's shutdown fit, and not much more: a replica's calls redial
+        # at the drain's start, the grace only bounds a drain that hangs
+        assert bound + 10 <= grace(veena_app(args)) <= bound + 30
+    defaults = VeenaReplica._deployment_config.graceful_shutdown_timeout_s
+    assert defaults == grace(veena_app(ReplicaArgs()))
+    assert grace(veena_app(ReplicaArgs(), graceful_shutdown_timeout_s=9)) == 9  # options win
 
 
 def test_replica_args_refuse_what_would_fail_on_every_replica(tmp_path):
@@ -297,7 +320,7 @@ def test_the_readme_states_the_deployment_defaults():
         "target": f"about {deploy.AUTOSCALING_CONFIG['target_ongoing_requests']} calls",
         "replicas": f"({deploy.AUTOSCALING_CONFIG['min_replicas']} to "
         f"{deploy.AUTOSCALING_CONFIG['max_replicas']} replicas",
-        "grace": f"up to {deploy.GRACEFUL_SHUTDOWN_TIMEOUT_S:g} s",
+        "grace": f"within {deploy.shutdown_timeout_s(ReplicaArgs()):g} s",
         "idle": f"after {REPLICA_SERVER_DEFAULTS['idle_timeout_s']:g} s",
     }
     missing = {k: v for k, v in stated.items() if v not in section}

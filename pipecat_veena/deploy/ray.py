@@ -19,11 +19,19 @@ call's connection stays on the replica it reached, and every utterance on it run
 HTTP speech request is one request until its last byte. Serve's defaults (5 ongoing requests a
 replica) would refuse the sixth call; the defaults below are set for calls, and a ``serve run``
 config overrides any of them per deployment.
+
+Replacing a replica (a redeploy, a scale-down, ``serve.delete``) drains it like SIGTERM drains
+``pipecat-veena serve``: every WebSocket gets ``goaway``, new streams are refused, utterances in
+flight finish (up to ``drain_timeout_s``), then each connection closes with 1012 and the client
+redials through the proxy, which routes it to a live replica. Serve has no public hook at that
+moment (see ``on_replica_stop``), so this module adds one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from loguru import logger
@@ -40,6 +48,7 @@ except ModuleNotFoundError as e:  # pragma: no cover - depends on the install
 from fastapi import FastAPI
 
 from pipecat_veena.deploy.replica_args import ReplicaArgs
+from pipecat_veena.server.state import drain_bound_s
 
 #: Ongoing requests one replica takes: its calls' WebSockets (one each, for the whole call) plus
 #: HTTP speech streams. The speech server's own ``max_streams`` (utterances generating at once)
@@ -62,15 +71,81 @@ AUTOSCALING_CONFIG: dict[str, Any] = {
 }
 #: One GPU per replica (the codec and vLLM share it); one CPU for the event loop and codec glue.
 RAY_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1}
-#: A replica taken away (scale-down, update) stops getting new calls, then waits this long for
-#: the calls it holds to end before it is killed.
-GRACEFUL_SHUTDOWN_TIMEOUT_S = 120.0
+#: A replica taken away (scale-down, update) stops getting new calls and drains; Serve kills it
+#: ``graceful_shutdown_timeout_s`` after it began to stop. The default is the speech server's
+#: drain bound (``drain_timeout_s`` plus cancelling and closing) plus this margin for the
+#: engine's shutdown and Serve's own wait loop (``graceful_shutdown_wait_loop_s``, 2 s).
+SHUTDOWN_MARGIN_S = 15.0
 #: Serve asks each replica this often whether its engine is alive (``check_health``); three
 #: failed probes in a row and it is replaced.
 HEALTH_CHECK_PERIOD_S = 5.0
 HEALTH_CHECK_TIMEOUT_S = 10.0
 #: The response header (and WebSocket handshake header) naming the replica that answered.
 REPLICA_HEADER = "x-veena-replica"
+
+
+def shutdown_timeout_s(args: ReplicaArgs) -> float:
+    """Serve's ``graceful_shutdown_timeout_s`` for replicas given ``args``: a whole drain fits."""
+    return drain_bound_s(args.server_settings()) + SHUTDOWN_MARGIN_S
+
+
+#: What runs when Serve begins to stop this process's replica (``on_replica_stop``).
+_STOP_HOOKS: list[Callable[[], Awaitable[None]]] = []
+
+
+def on_replica_stop(hook: Callable[[], Awaitable[None]]) -> bool:
+    """Run ``hook`` as soon as Serve begins to stop the replica of this process.
+
+    Serve gives user code no call at that moment. ``Replica._perform_graceful_shutdown``
+    (ray/serve/_private/replica.py, Ray 2.60) first waits, up to ``graceful_shutdown_timeout_s``,
+    for the replica's ongoing requests to end (``_drain_ongoing_requests``; through the proxy a
+    WebSocket is one ongoing request for its whole life), and only then calls the deployment's
+    ``__del__`` and the ASGI app's lifespan shutdown. A call's WebSocket does not end by itself,
+    so a hook there would run after Serve killed the replica. This wraps
+    ``Replica.perform_graceful_shutdown`` (what the controller calls to stop a replica) in this
+    replica's process: ``hook`` is awaited first, then Serve's own shutdown goes on.
+
+    Returns:
+        False (with a warning) when this Ray has no such method: replicas then do not drain.
+    """
+    try:
+        from ray.serve._private.replica import Replica
+    except ImportError:  # pragma: no cover - depends on the install
+        Replica = None  # noqa: N806
+    original = getattr(Replica, "perform_graceful_shutdown", None)
+    if original is None:
+        logger.warning(
+            "this Ray Serve has no Replica.perform_graceful_shutdown: a replica that Serve "
+            "stops will not drain (its calls break when Serve kills it); use Ray 2.60"
+        )
+        return False
+    if not _STOP_HOOKS:
+
+        async def perform_graceful_shutdown(self: Any) -> None:
+            for stop_hook in list(_STOP_HOOKS):
+                try:
+                    await stop_hook()
+                except Exception as e:
+                    logger.error(f"replica stop hook failed: {type(e).__name__}: {e}")
+            await original(self)
+
+        Replica.perform_graceful_shutdown = perform_graceful_shutdown
+    _STOP_HOOKS.append(hook)
+    return True
+
+
+def _drain_on(loop: asyncio.AbstractEventLoop, app: FastAPI) -> Callable[[], Awaitable[None]]:
+    """A stop hook draining ``app``'s server on ``loop`` (the user code's loop, its own thread)."""
+    server = app.state.veena
+
+    async def drain() -> None:
+        if server.draining:  # (Serve may ask a replica to stop twice)
+            return
+        logger.info("replica: Serve is stopping this replica; draining")
+        future = asyncio.run_coroutine_threadsafe(server.drain(), loop)
+        await asyncio.wrap_future(future)
+
+    return drain
 
 
 class ReplicaHeader:
@@ -131,8 +206,23 @@ class SpeechReplica:
         app = create_app(engine, self._args.server_settings(), demo=demo, wait_ready=True)
         app.add_middleware(ReplicaHeader, name=name)
         self._app = app
+        on_replica_stop(_drain_on(asyncio.get_running_loop(), app))
+        self._check_shutdown_timeout()
         logger.info(f"replica {name} (pid {os.getpid()}): starting {engine}")
         return app
+
+    def _check_shutdown_timeout(self) -> None:
+        """Warn when Serve would kill this replica before its drain could end."""
+        context = serve.get_replica_context()
+        config = getattr(context, "_deployment_config", None)
+        given = getattr(config, "graceful_shutdown_timeout_s", None)
+        needed = drain_bound_s(self._args.server_settings())
+        if given is not None and given < needed:
+            logger.warning(
+                f"graceful_shutdown_timeout_s is {given:g} s, shorter than the drain "
+                f"(drain_timeout_s and closing: {needed:g} s): Serve may kill this replica with "
+                f"utterances in flight; give it {needed + SHUTDOWN_MARGIN_S:g} s"
+            )
 
     async def check_health(self) -> None:
         """Serve's health probe: raises (and Serve replaces the replica) when the engine died."""
@@ -150,7 +240,7 @@ VeenaReplica = serve.deployment(
     max_queued_requests=MAX_QUEUED_REQUESTS,
     autoscaling_config=AUTOSCALING_CONFIG,
     ray_actor_options=RAY_ACTOR_OPTIONS,
-    graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_TIMEOUT_S,
+    graceful_shutdown_timeout_s=shutdown_timeout_s(ReplicaArgs()),
     health_check_period_s=HEALTH_CHECK_PERIOD_S,
     health_check_timeout_s=HEALTH_CHECK_TIMEOUT_S,
 )(serve.ingress()(SpeechReplica))
@@ -161,7 +251,8 @@ def veena_app(args: ReplicaArgs | dict[str, Any] | None = None, **options: Any) 
 
     Args:
         args: the replicas' checkpoint, engine and server settings (a dict is validated).
-        **options: Serve deployment options over the defaults above, e.g.
+        **options: Serve deployment options over the defaults above (and
+            ``graceful_shutdown_timeout_s``, sized to ``args``' drain), e.g.
             ``num_replicas=2`` (a fixed count: autoscaling is then off) or
             ``ray_actor_options={"num_cpus": 1, "num_gpus": 0}`` (CPU replicas).
 
@@ -170,6 +261,7 @@ def veena_app(args: ReplicaArgs | dict[str, Any] | None = None, **options: Any) 
     """
     if not isinstance(args, ReplicaArgs):
         args = ReplicaArgs.model_validate(args or {})
+    options.setdefault("graceful_shutdown_timeout_s", shutdown_timeout_s(args))
     if "num_replicas" in options and "autoscaling_config" not in options:
         options["autoscaling_config"] = None
     deployment = VeenaReplica.options(**options) if options else VeenaReplica

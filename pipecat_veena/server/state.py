@@ -34,6 +34,17 @@ _LEVELS_PROBE = "female:moderate:moderate"
 #: After a drain's streams ended, how long WebSocket connections get to send their last
 #: messages and close themselves (code 1012) before the server closes what is left.
 _CONNECTIONS_CLOSE_S = 5.0
+#: How long cancelled streams get to end (a drain past its deadline, the app's close).
+_CANCEL_GRACE_S = 5.0
+
+
+def drain_bound_s(settings: ServerSettings) -> float:
+    """The longest a drain takes: the deadline, then cancelling, then the connections' close.
+
+    A host that stops the server (Kubernetes' grace period, Ray Serve's
+    ``graceful_shutdown_timeout_s``) must allow this plus the engine's shutdown.
+    """
+    return settings.drain_timeout_s + _CANCEL_GRACE_S + _CONNECTIONS_CLOSE_S
 
 
 class SpeechServer:
@@ -132,7 +143,7 @@ class SpeechServer:
         self.metrics.ready.set(0)
         if self._start_task is not None:
             await cancel_and_wait(self._start_task)
-        await self._cancel_all(ErrorCode.SERVER_DRAINING, grace_s=5.0)
+        await self._cancel_all(ErrorCode.SERVER_DRAINING, grace_s=_CANCEL_GRACE_S)
         if self.owns_engine:
             await self.engine.shutdown()
 
@@ -178,7 +189,7 @@ class SpeechServer:
         except TimeoutError:
             left = len(self._runs)
             logger.warning(f"speech server: drain deadline passed; cancelling {left} streams")
-            await self._cancel_all(ErrorCode.SERVER_DRAINING, grace_s=5.0)
+            await self._cancel_all(ErrorCode.SERVER_DRAINING, grace_s=_CANCEL_GRACE_S)
         try:  # each connection closes itself once its last message is out
             await asyncio.wait_for(self._no_watchers.wait(), _CONNECTIONS_CLOSE_S)
         except TimeoutError:
