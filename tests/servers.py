@@ -92,3 +92,15 @@ async def kill_leftovers(proc: asyncio.subprocess.Process, children: list[psutil
     for child in children:
         if child.is_running():
             child.kill()
+
+
+def assert_no_turn_lost(level: dict, handover_bound_s: float) -> None:
+    """A rollout under load (``benchmarks.load.run_level``) lost nothing: turns completed, none
+    failed, hung or got audio twice, none waited for first audio over ``handover_bound_s``,
+    and nothing was left running on the servers."""
+    outcomes = level["outcomes"]
+    assert outcomes.get("completed", 0) > 10, outcomes
+    assert not level["errors"] and "error" not in outcomes and "hung" not in outcomes, level
+    assert level["replayed"] == 0  # no turn got audio twice
+    assert level["ttfa_ms"]["max"] < handover_bound_s * 1000, level["ttfa_ms"]
+    assert level["left_running"] == 0

@@ -35,6 +35,7 @@ from ray_local import (
     wait_running,
 )
 from server_fakes import RawClient, pcm_of
+from servers import assert_no_turn_lost
 from websockets.exceptions import ConnectionClosed
 
 from pipecat_veena.errors import RemoteError
@@ -336,9 +337,4 @@ async def test_a_redeploy_replaces_replicas_without_losing_a_turn(serve_url, tmp
     for told, code, closed in watched:  # every idle call was told and let go, not cut
         assert told is not None and code == CLOSE_GOING_AWAY, watched
         assert closed - told < 10.0, watched
-    outcomes = level["outcomes"]
-    assert outcomes.get("completed", 0) > 10, outcomes
-    assert not level["errors"] and "error" not in outcomes and "hung" not in outcomes, level
-    assert level["replayed"] == 0  # no turn got audio twice
-    assert level["ttfa_ms"]["max"] < ROLL_HANDOVER_BOUND_S * 1000, level["ttfa_ms"]
-    assert level["left_running"] == 0
+    assert_no_turn_lost(level, ROLL_HANDOVER_BOUND_S)

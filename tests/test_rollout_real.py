@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from server_fakes import ROOT
+from servers import assert_no_turn_lost
 
 sys.path.insert(0, str(ROOT))
 
@@ -80,9 +81,4 @@ async def test_a_rolling_restart_behind_haproxy_loses_no_turn(servers):
     print(level)  # the figures, for the report
     assert level["fault"].startswith("rolled 2 servers (exit statuses [0, 0])"), level["fault"]
     assert level["fault_done_s"] < DURATION_S, "the roll did not happen under load"
-    outcomes = level["outcomes"]
-    assert outcomes.get("completed", 0) > 10, outcomes
-    assert not level["errors"] and "error" not in outcomes and "hung" not in outcomes, level
-    assert level["replayed"] == 0  # no turn got audio twice
-    assert level["ttfa_ms"]["max"] < HANDOVER_BOUND_S * 1000, level["ttfa_ms"]
-    assert level["left_running"] == 0
+    assert_no_turn_lost(level, HANDOVER_BOUND_S)
