@@ -113,6 +113,12 @@ ENGLISH = [
 ]
 
 RATES = (140, 210)  # words per minute: slow and brisk
+#: The figures of the method's first version (same sentences and rates), for comparison.
+BEFORE = (
+    "Before the spelling-aware English units, reduced function words and number pieces "
+    "(the first version, constants tuned on these sentences): Hindi median 16 ms, p90 97 ms "
+    "(140 wpm: 121, 210 wpm: 78); English median 23 ms, p90 127 ms (140 wpm: 155, 210 wpm: 104)."
+)
 
 
 @dataclass
@@ -211,8 +217,10 @@ def main(write: bool) -> str:
         "reports the sample where each word starts). Errors are |estimated - true| word start "
         "times. `chars`: the written characters spread over the same speech span (the baseline). "
         "Targets: median <= 40 ms, p90 <= 100 ms, p90 at least 1.4x better than the baseline. "
-        "The method's constants (pipecat_veena/timing.py) were tuned on these sentences; it "
-        "measures the speaking rate from each recording. "
+        "The method's constants (pipecat_veena/timing.py) were chosen on a separate set "
+        "(`python -m benchmarks.timing_tune`: 40 other sentences per language at 130, 180 and "
+        "230 wpm), never on these; it measures the speaking rate from each recording. "
+        f"{BEFORE} "
         f"Cost: **{cpu / audio * 1e3:.2f} ms CPU per second of audio** ({audio:.0f} s of audio; "
         "target < 1 ms)."
     )

@@ -3,17 +3,23 @@
 ``align_words(text, audio, sample_rate)`` places the words of ``text`` (the caller's words:
 "₹1,250" is one word) on a recording of that text. No acoustic model is involved (pure numpy):
 
-1. Each word gets a spoken length in units: syllables of Latin words (vowel groups), aksharas of
-   Devanagari words, letters of acronyms, and the normalised spoken form of numbers and codes
-   (``pipecat_veena.normalize``), plus a share for its sounds (letters).
+1. Each word gets a spoken length in units: syllables of Latin words by their spelling (vowel
+   groups, less a silent final e as in "takes", "lived", more for "create"; unstressed function
+   words such as "the", "to" count less), aksharas of Devanagari words, letters of acronyms,
+   and the normalised spoken form of numbers and codes (``pipecat_veena.normalize``), plus a
+   share for its sounds (letters).
 2. An energy detector finds where speech starts and ends and the pauses between (10 ms frames,
    a threshold relative to the recording's own speech and noise levels).
-3. A small dynamic programme assigns pauses to word boundaries (preferring punctuation, keeping
-   the speaking rate even between them); between two anchors the words share the speech time
-   by their units. The rate is measured from the audio itself, never assumed.
+3. A small dynamic programme assigns pauses to boundaries between spoken words (preferring
+   punctuation, keeping the speaking rate even between them; a number's spoken words are
+   separate, as a speaker may pause inside "twelve thousand, four hundred"); a pause that is
+   short for the recording's rate may stay inside a word (a stop closure). Between two anchors
+   the words share the speech time by their units. The rate is measured from the audio itself,
+   never assumed.
 
 The results are estimates: on espeak-ng speech with known word boundaries the median error of
-word starts is a few tens of milliseconds (``benchmarks/timing.py``, BENCHMARKS.md).
+word starts is about 20 ms and the p90 about 100 ms (``benchmarks/timing.py``, BENCHMARKS.md;
+the constants were chosen on a separate set, ``benchmarks/timing_tune.py``).
 """
 
 from __future__ import annotations
@@ -40,12 +46,11 @@ SPEECH_RANGE_DB = 32.0
 SNAP_SECONDS = 0.03
 #: A word's spoken length in units: a vowel counts 1, a consonant CONSONANT_UNITS, a short
 #: Hindi vowel (inherent a, i, u) SHORT_VOWEL_UNITS, a nasal sign NASAL_UNITS...
-CONSONANT_UNITS = 0.8
+CONSONANT_UNITS = 0.65
 SHORT_VOWEL_UNITS = 0.7
 NASAL_UNITS = 0.2
-LONG_VOWEL_UNITS = 0.0
 #: ...plus this per spoken word (a number or code is read as several)...
-WORD_UNITS = 1.0
+WORD_UNITS = 1.3
 #: ...plus this per pause inside its spoken form ("4 8 2, 9 1 3")...
 PAUSE_UNITS = 1.0
 #: ...and words before a clause or sentence end are this much longer (phrase-final lengthening).
@@ -54,20 +59,22 @@ FINAL_LENGTHENING = (1.0, 1.2, 1.2)
 _WORD = re.compile(r"\S+")
 _LATIN_VOWELS = re.compile(r"[aeiouy]+")
 _NEEDS_NORMALIZING = re.compile(r"[0-9०-९@%&+=#/₹$€£°]")
-_PIECE = re.compile(r"[\u0900-\u097f]+|[A-Za-z]+|[0-9]")
 _NASALS = "\u0900\u0901\u0902\u0903"
 _SHORT_MATRAS = "\u093f\u0941\u0943"  # i, u, r
 _SHORT_VOWELS = "\u0905\u0907\u0909\u090b"  # a, i, u, r
-_INNER_PAUSE = re.compile(r"[,;:।](?=\s*\S)")
+_PIECE_OR_PAUSE = re.compile(r"[\u0900-\u097f]+|[A-Za-z]+|[0-9]|[,;:।](?=\s*\S)")
 _ACRONYM = re.compile(r"[A-Z]{2,6}s?")
 _STRONG_END = re.compile(r"[.?!।॥…]+[\"')\]]*$")
 _WEAK_END = re.compile(r"[,;:—–-]+[\"')\]]*$")
 _VIRAMA = "\u094d"
 # Punctuation class of a boundary -> cost of leaving it without a pause / bonus for one.
-PUNCT_BONUS = (0.0, 2.0, 3.0)
-NO_PUNCT_PAUSE_COST = 1.5
+PUNCT_BONUS = (0.0, 3.0, 4.0)
+NO_PUNCT_PAUSE_COST = 1.0
 #: Cost per second of a pause left inside a word.
-SKIP_COST = 20.0
+SKIP_COST = 30.0
+#: A pause shorter than this many units (at the recording's own rate) is cheaper to leave
+#: inside a word, in proportion.
+CLOSURE_UNITS = 4.0
 #: Most pauses one word segment may hold inside it.
 MAX_SKIPPED = 6
 
@@ -109,26 +116,54 @@ def _devanagari_units(word: str) -> float:
     return units
 
 
-_DIGRAPH = re.compile(r"th|sh|ch|ph|ng|ck|wh|(.)\1")
+_DIGRAPH = re.compile(r"th|sh|ch|ph|ng|ck|wh|qu|(.)\1")
 _SILENT = re.compile(r"gh|(?<=[aeiou])r(?![aeiouy])")  # through; or, for (non-rhotic)
+#: Silent vowels of English spelling at a word's end: the e of "name", "takes", "lived"
+#: (not after t/d: "wanted"; nor after a sibilant: "closes"), "-le" stays a syllable ("table").
+_SILENT_END = re.compile(
+    r"(?<=[^aeiouy])(?<![^aeiouy]l)e(?=s?$)(?<![sxzgc]e(?=s))|(?<=[^aeiouytd])e(?=d$)"
+)
+#: Vowel pairs read as two syllables ("create", "period", "science", "video").
+_HIATUS = re.compile(r"ea(?=t)|i[ao](?!n)|eo(?!p)|uo|ua|ui(?=t)")
+
+
+def _latin_syllables(word: str) -> int:
+    """Syllables of an English (or romanised) word by its spelling.
+
+    Vowel groups, less a silent final e (name, takes, lived), more for vowel pairs read apart
+    (create, video).
+    """
+    core = _SILENT_END.sub("", word) if len(word) > 3 else word
+    if core.startswith("y"):
+        core = core[1:]  # you, yes: a consonant
+    groups = len(_LATIN_VOWELS.findall(core)) + len(_HIATUS.findall(core))
+    return max(1, groups)
+
+
+#: English function words, spoken unstressed and short ("a", "the", "to"): ``REDUCED`` of
+#: their units.
+_FUNCTION_WORDS = frozenset(
+    "a an the to of in on at by for from with as and or but if so is am are was were be been "
+    "has have had do does did will would can could shall should may might must it its i me my "
+    "we us our you your he him his she her they them their this that these those there than "
+    "then not no".split()
+)
+REDUCED = 0.55
 
 
 def _latin_units(word: str) -> float:
-    """Sounds of a Latin word: vowel groups and consonants; an acronym is spelled out.
+    """Sounds of a Latin word: syllables and consonants; an acronym is spelled out.
 
-    A silent final e is dropped, digraphs and doubled letters count once; OTP, EMI are read
-    letter by letter.
+    Digraphs and doubled letters count once; OTP, EMI are read letter by letter.
     """
     if _ACRONYM.fullmatch(word):
         return (1.0 + CONSONANT_UNITS) * len(word.rstrip("s"))
-    lower = _SILENT.sub("", _DIGRAPH.sub("x", word.lower()))
-    long_vowel = 0.0
-    if len(lower) > 2 and lower.endswith("e") and lower[-2] not in "aeiouyl":
-        lower = lower[:-1]
-        long_vowel = LONG_VOWEL_UNITS  # name, take: the e lengthens the vowel before
-    vowels = len(_LATIN_VOWELS.findall(lower))
-    consonants = sum(1 for ch in lower if ch not in "aeiouy")
-    return max(1, vowels) + long_vowel + CONSONANT_UNITS * consonants
+    lower = word.lower()
+    syllables = _latin_syllables(lower)
+    sounds = _SILENT.sub("", _DIGRAPH.sub("x", lower))
+    consonants = sum(1 for ch in sounds if ch not in "aeiouy")
+    units = syllables + CONSONANT_UNITS * consonants
+    return units * REDUCED if lower in _FUNCTION_WORDS else units
 
 
 def spoken_units(word: str, language: str = "en") -> float:
@@ -143,23 +178,45 @@ def spoken_units(word: str, language: str = "en") -> float:
         ``CONSONANT_UNITS``, each spoken word ``WORD_UNITS`` more; numbers and codes count by their
         normalised spoken form.
     """
-    if _NEEDS_NORMALIZING.search(word):
+    return sum(units for units, _ in _spoken_pieces(word, language))
+
+
+def _spoken_pieces(word: str, language: str) -> list[tuple[float, int]]:
+    """The spoken words of one written word: (units, punctuation class after it) each.
+
+    A number or code is several ("₹1,250": "one thousand two hundred fifty rupees"), and a
+    speaker may pause between them; any other word is one piece.
+    """
+    normalised = bool(_NEEDS_NORMALIZING.search(word))
+    if normalised:
         try:
             word = normalize(word, language if language in ("hi", "en") else "auto")
         except Exception:  # noqa: BLE001 (a rule's failure must not stop timing)
             pass
-    units = PAUSE_UNITS * len(_INNER_PAUSE.findall(word))
-    for piece in _PIECE.findall(word):
-        units += WORD_UNITS
+    pieces: list[list[float]] = []  # [units, class]
+    for m in _PIECE_OR_PAUSE.finditer(word):
+        piece = m.group()
+        if not piece[0].isalnum() and not "\u0900" <= piece[0] <= "\u097f":  # a pause mark
+            if pieces:
+                pieces[-1][0] += PAUSE_UNITS
+                pieces[-1][1] = 1
+            continue
+        units = WORD_UNITS
         if "\u0900" <= piece[0] <= "\u097f":
             units += _devanagari_units(piece)
         elif piece.isdigit():  # a digit the normaliser left: about one short word
             units += 1.0 + 2 * CONSONANT_UNITS
         else:
             units += _latin_units(piece)
-    if units == 0.0 and any(unicodedata.category(ch)[0] in "LN" for ch in word):
-        units = 1.0 + CONSONANT_UNITS * len(word)  # another script: a letter-length guess
-    return units
+        pieces.append([units, 0])
+    if not pieces:
+        if any(unicodedata.category(ch)[0] in "LN" for ch in word):
+            return [(1.0 + CONSONANT_UNITS * len(word), 0)]  # another script: a guess
+        return [(0.0, 0)]
+    if not normalised:  # one written word, one piece
+        return [(sum(u for u, _ in pieces), 0)]
+    pieces[-1][1] = 0
+    return [(u, c) for u, c in pieces]
 
 
 def _frame_db(audio: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int]:
@@ -254,6 +311,9 @@ def _place(
     # Pause -> candidate boundaries b (1..n-1: between word b-1 and b) near its expected time.
     speech = max(1e-6, end - start - sum(b - a for a, b in pauses))
     rate = speech / total  # seconds per unit, measured from this audio
+    # Cost of leaving each pause inside a word: a pause short for this speaking rate is as
+    # likely a closure (stops, a geminate) or a breath inside a long number as a word boundary.
+    skip = [SKIP_COST * (b - a) * min(1.0, (b - a) / (CLOSURE_UNITS * rate)) for a, b in pauses]
     options: list[list[int]] = []
     for a, _ in pauses:
         # Expected boundary position in units, counting only the speech before the pause.
@@ -289,7 +349,7 @@ def _place(
             dt = max(t_before - tj, 1e-3)
             cost = cost_j + du * math.log(dt / (du * rate)) ** 2 - bonus
             # Pauses skipped between the two anchors: silence inside words.
-            cost += SKIP_COST * sum(pauses[q][1] - pauses[q][0] for q in range(kj + 1, k))
+            cost += sum(skip[kj + 1 : k])
             if choice is None or cost < choice[0]:
                 choice = (cost, j)
         if choice is not None:
@@ -373,14 +433,22 @@ def align_words(
     start, end, pauses, _ = found
     lang = language if language != "auto" else (sentence_language(text) or "en")
     words = [text[a:b] for a, b in spans]
-    punct = [_punct_class(w) for w in words]
-    units = np.array(
-        [
-            max(spoken_units(w, lang), 0.5) * FINAL_LENGTHENING[c]
-            for w, c in zip(words, punct, strict=True)
-        ]
-    )
-    starts, ends = _place(units, punct, start, end, pauses)
+    # The dynamic programme places spoken pieces (a number is several), then each written
+    # word spans its pieces.
+    units_list: list[float] = []
+    punct: list[int] = []
+    first: list[int] = []
+    for w in words:
+        pieces = _spoken_pieces(w, lang)
+        pieces[-1] = (pieces[-1][0], _punct_class(w))
+        first.append(len(units_list))
+        for u, c in pieces:
+            units_list.append(max(u, 0.5 / len(pieces)) * FINAL_LENGTHENING[c])
+            punct.append(c)
+    piece_starts, piece_ends = _place(np.array(units_list), punct, start, end, pauses)
+    last = [*first[1:], len(units_list)]
+    starts = piece_starts[first]
+    ends = piece_ends[[i - 1 for i in last]]
     if SNAP_SECONDS > 0:
         _snap_to_valleys(starts, ends, db, sec)
     return [

@@ -117,3 +117,27 @@ def test_spoken_units_count_the_spoken_form():
     assert spoken_units("OTP", "en") > spoken_units("top", "en")  # spelled out
     assert spoken_units("नमस्ते", "hi") > spoken_units("न", "hi") > 0
     assert spoken_units("🙂", "en") == 0
+
+
+def test_english_syllables_follow_the_spelling():
+    from pipecat_veena.timing import _latin_syllables
+
+    counts = {
+        **{"name": 1, "takes": 1, "lived": 1, "wanted": 2, "closes": 2, "table": 2},
+        **{"create": 2, "transfer": 2, "delivered": 3, "yesterday": 3, "you": 1, "video": 3},
+    }
+    assert {w: _latin_syllables(w) for w in counts} == counts
+    # an unstressed function word is shorter than a content word spelled alike
+    assert spoken_units("to", "en") < spoken_units("toe", "en")
+
+
+def test_a_pause_inside_a_spoken_number_is_not_the_word_boundary(espeak):
+    """espeak-ng pauses between the groups of "twelve thousand | four hundred | eighty" at a
+    slow rate: the number starts where it is spoken, not after its first inner pause, and the
+    word after it starts after its last."""
+    text = "Your balance is ₹12,480 as of yesterday."
+    synth, truth = speak(espeak, text, "en", 130)
+    words = align_words(text, synth.audio, synth.sample_rate, "en")
+    assert len(find_speech(synth.audio, synth.sample_rate)[2]) >= 3  # the pauses exist
+    assert abs(words[3].start - truth[3]) < 0.15  # ₹12,480 (was 0.6 s late)
+    assert abs(words[4].start - truth[4]) < 0.15  # as
