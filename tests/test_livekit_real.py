@@ -14,6 +14,7 @@ import asyncio
 
 import pytest
 import pytest_asyncio
+from livekit_session import FixedLLM, RealtimeSpeaker, TimedAgent
 from recording import RecordingGenerator
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
@@ -161,3 +162,71 @@ async def test_stream_carries_each_written_word_timed_behind_its_audio(livekit_e
     starts = [w.start_time for w in timed]
     assert starts == sorted(starts) and all(w.start_time <= w.end_time for w in timed)
     assert timed[-1].end_time > 0.5 * seconds  # the second sentence counts from the segment start
+
+
+REPLIES = {
+    "en": "Your OTP is 482913 and it expires in 10 minutes. Please do not share it with anyone, "
+    "not even with our own staff.",
+    "hi": "आपका बिल ₹1,250 है, कृपया 15 मार्च तक भुगतान करें।",
+}
+
+
+@pytest.mark.parametrize(("language", "moments"), [("en", (0.3, 0.7)), ("hi", (0.5,))])
+async def test_agent_session_cuts_an_interrupted_reply_at_the_word_played(
+    livekit_engine, language, moments
+):
+    """LiveKit's AgentSession with use_tts_aligned_transcript=True, its TranscriptSynchronizer
+    (what RoomIO puts before the room's track) over a sink that plays in real time, a fixed LLM
+    reply spoken by VeenaTTS, interrupted at ``moments`` (fractions of the reply's audio): the
+    chat context's assistant message is the reply's words heard so far (within one word), not
+    the whole reply."""
+    from livekit.agents import APIConnectOptions
+    from livekit.agents.voice import AgentSession
+    from livekit.agents.voice.agent_session import SessionConnectOptions
+    from livekit.agents.voice.transcription import TranscriptSynchronizer
+
+    engine, _ = livekit_engine
+    reply = REPLIES[language]
+    speaker = RealtimeSpeaker()
+    synchronizer = TranscriptSynchronizer(next_in_chain_audio=speaker, next_in_chain_text=None)
+    agent = TimedAgent(instructions="Answer the caller.")
+    session = AgentSession(
+        llm=FixedLLM(reply),
+        tts=VeenaTTS(engine, seed=11),
+        use_tts_aligned_transcript=True,
+        # a shared, loaded CPU may take longer than LiveKit's default 10 s for first audio
+        conn_options=SessionConnectOptions(tts_conn_options=APIConnectOptions(timeout=120)),
+    )
+    session.output.audio = synchronizer.audio_output
+    session.output.transcription = synchronizer.text_output
+    await session.start(agent, record=False)
+    try:
+        for fraction in moments:
+            handle = session.generate_reply(user_input="What is my code?")
+            async with asyncio.timeout(300):  # the speaker plays a reply once it is whole
+                await speaker.playing.wait()
+            duration = speaker.captured
+            await asyncio.sleep(fraction * duration)
+            await session.interrupt()
+            async with asyncio.timeout(30):
+                await handle
+            (played,) = speaker.positions[-1:]
+            message = [
+                item
+                for item in session.history.items
+                if item.type == "message" and item.role == "assistant"
+            ][-1]
+            said = (message.text_content or "").split()
+            started = sum(1 for w in agent.timed if w.start_time < played)
+            heard = sum(1 for w in agent.timed if w.end_time <= played)  # played to its end
+            assert [w.strip() for w in agent.timed] == reply.split()  # every word was timed
+            assert message.interrupted and 0 < played < duration
+            assert said == reply.split()[: len(said)], said  # the reply's first words
+            # LiveKit's synchronizer releases a word once its audio is over: the message holds
+            # the words heard, or one fewer, and never a word that had not started playing
+            timeline = [(str(w), round(w.start_time, 2)) for w in agent.timed]
+            assert heard - 1 <= len(said) <= started, (played, said, timeline)
+            assert len(said) < len(reply.split())
+    finally:
+        await session.aclose()
+    assert engine.stats()["unfinished_requests"] == 0
