@@ -121,7 +121,7 @@ def well_formed(ids: BiCodecIds, *, voice_globals: Sequence[int], semantics: int
 
     def script(prompt: list[int], options: SamplingOptions) -> list[int]:
         speech = [ids.semantic_base + (i * 7) % 8192 for i in range(semantics)] + [ids.eos]
-        if prompt[-1] == start_semantic:  # prefilled voice: speech right away
+        if start_semantic in prompt:  # prefilled voice (transcript mode: then reference semantics)
             return speech
         head = [ids.marker("start_global_token"), *ids.global_ids(voice_globals), end_global]
         return [*head, start_semantic, *speech]

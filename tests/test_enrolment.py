@@ -15,7 +15,13 @@ from speech import espeak
 
 from pipecat_veena.codecs.bicodec import write_random_checkpoint
 from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
+from pipecat_veena.codecs.bicodec.random_semantic import (
+    add_random_semantic_encoder,
+    write_random_wav2vec2,
+)
+from pipecat_veena.codecs.bicodec.semantic import SemanticTokenizer
 from pipecat_veena.engine import EngineConfig, VeenaEngine
+from pipecat_veena.engine.checkpoint import WAV2VEC2_DIR
 from pipecat_veena.engine.enrolment import check_voice_name, prepare_clip, speech_seconds
 from pipecat_veena.engine.voices import GENDERS, Voice, VoiceBook
 from pipecat_veena.errors import EnrolmentError
@@ -111,6 +117,31 @@ def test_enrolled_voices_round_trip_through_the_voices_file(tmp_path: Path) -> N
     assert other.enrolled == {"asha", "ravi"}
 
 
+def test_transcript_mode_voices_round_trip_and_bad_entries_are_refused() -> None:
+    book = _book()
+    book.enrol("asha", [3] * 32, [1, 2, 8191], " Hello there. ")
+    data = book.export_prints("demo")
+    assert data["enrolled"]["asha"] == {
+        "globals": [3] * 32, "semantic": [1, 2, 8191], "transcript": "Hello there."
+    }  # fmt: skip
+    other = _book()
+    other.load_prints(json.loads(json.dumps(data)), lambda prefix: ())
+    voice = other.resolve("asha")
+    assert voice.semantic == (1, 2, 8191) and voice.transcript == "Hello there."
+    bad = [
+        ({"semantic": [1, 8192], "transcript": "Hi"}, "'semantic' must be"),
+        ({"semantic": [], "transcript": "Hi"}, "'semantic' must be"),
+        ({"semantic": [1, 2]}, "'transcript' must be"),
+        ({"transcript": "Hi"}, "'semantic' must be"),
+    ]
+    for extra, problem in bad:
+        data["enrolled"] = {"ravi": {"globals": [1] * 32, **extra}}
+        fresh = _book()
+        with pytest.raises(ValueError, match=problem):
+            fresh.load_prints(data, lambda prefix: ())
+        assert not fresh.enrolled
+
+
 def test_a_voices_file_that_enrols_a_builtin_name_changes_nothing() -> None:
     data = _book().export_prints("demo")
     data["enrolled"] = {"zoe": {"globals": [1] * 32}, "male": {"globals": [2] * 32}}
@@ -141,7 +172,7 @@ async def test_enrolled_voice_speaks_with_the_encoders_codes(tmp_path: Path, spe
     root = _bicodec_checkpoint(tmp_path / "ckpt")
     engine, generator = await _engine(root)
     try:
-        voice = await engine.enroll_voice("Asha", speech, 22050, transcript="ignored for now")
+        voice = await engine.enroll_voice("Asha", speech, 22050)
         encoder = BiCodecSpeakerEncoder.from_pretrained(root)
         expected = encoder.tokenize(prepare_clip(speech, 22050, encoder.sample_rate))
         assert voice.name == "asha" and list(voice.globals) == expected
@@ -174,6 +205,61 @@ async def test_enrolment_refusals_name_the_fix(tmp_path: Path, speech) -> None:
         assert "short" not in engine.voices and not engine._format.voices.enrolled
     finally:
         await engine.shutdown()
+
+
+async def test_transcript_without_wav2vec2_or_words_is_refused(tmp_path: Path, speech) -> None:
+    root = _bicodec_checkpoint(tmp_path / "ckpt")
+    engine, _ = await _engine(root)
+    try:
+        with pytest.raises(EnrolmentError, match=f"transcript mode needs .* no {WAV2VEC2_DIR}/"):
+            await engine.enroll_voice("asha", speech, 22050, transcript="Hello there.")
+        with pytest.raises(EnrolmentError, match="the transcript is empty"):
+            await engine.enroll_voice("asha", speech, 22050, transcript="  \n ")
+        assert not engine._format.voices.enrolled
+    finally:
+        await engine.shutdown()
+
+
+def _transcript_checkpoint(root: Path) -> Path:
+    """The tiny checkpoint with semantic-encoder tensors and a random wav2vec2 directory."""
+    _bicodec_checkpoint(root)
+    add_random_semantic_encoder(root / "BiCodec", seed=8)
+    write_random_wav2vec2(root / WAV2VEC2_DIR, hidden_size=64, seed=9)
+    return root
+
+
+async def test_transcript_mode_puts_the_reference_in_every_prompt(tmp_path: Path, speech) -> None:
+    root = _transcript_checkpoint(tmp_path / "ckpt")
+    engine, generator = await _engine(root)
+    words = "The quick brown fox jumps over the lazy dog."
+    try:
+        voice = await engine.enroll_voice("Asha", speech, 22050, transcript=f" {words} ")
+        tokenizer = SemanticTokenizer.from_pretrained(root / "BiCodec", root / WAV2VEC2_DIR)
+        expected = tokenizer.tokenize(prepare_clip(speech, 22050, tokenizer.sample_rate))
+        assert list(voice.semantic) == expected and voice.transcript == words
+        assert abs(len(expected) - 50 * len(speech) / 22050) <= 2
+        global_only = await engine.enroll_voice("ravi", speech, 22050)
+        assert global_only.semantic is None and global_only.globals == voice.globals
+        chunks = [c async for c in engine.stream("Hello there.", voice="asha")]
+        assert sum(len(c.pcm) for c in chunks) == 20 * 320 * 2  # only the generated semantics
+        prompt = generator.prompts[-1]
+        reference = [IDS.marker("start_semantic_token"), *IDS.semantic_ids(expected)]
+        assert prompt[-len(reference) :] == reference
+        globals_at = prompt.index(IDS.global_ids(voice.globals)[0])
+        assert prompt[globals_at - 1] == IDS.marker("start_global_token")
+        exported = engine.export_voices(tmp_path / "voices.json")
+        assert exported["enrolled"]["asha"] == {
+            "globals": list(voice.globals), "semantic": expected, "transcript": words
+        }  # fmt: skip
+    finally:
+        await engine.shutdown()
+    replica, replica_generator = await _engine(root, voices_file=tmp_path / "voices.json")
+    try:
+        assert replica._format.voices.resolve("asha") == voice
+        _ = [c async for c in replica.stream("Hello there.", voice="asha")]
+        assert replica_generator.prompts[-1] == prompt  # the replica speaks it the same way
+    finally:
+        await replica.shutdown()
 
 
 async def test_bicodec_weights_without_a_speaker_encoder(tmp_path: Path, speech) -> None:

@@ -65,6 +65,28 @@ def test_clone_and_template_prompts(spark):
     )
 
 
+def test_clone_with_transcript_prompt_layout(spark):
+    tok, ids, prompts = spark
+    voice = Voice("asha", globals=tuple(range(32)), semantic=(5, 0, 8191), transcript="Ref one.")
+    prompt = prompts.build("Hi", voice)
+    globals_ = "".join(f"<|bicodec_global_{i}|>" for i in range(32))
+    assert tok.decode(prompt, skip_special_tokens=False) == (
+        "<|task_tts|><|start_content|>Ref one.Hi<|end_content|><|start_global_token|>"
+        f"{globals_}<|end_global_token|><|start_semantic_token|><|bicodec_semantic_5|>"
+        "<|bicodec_semantic_0|><|bicodec_semantic_8191|>"
+    )  # Spark-TTS's clone-with-transcript prompt
+    assert prompt[-3:] == ids.semantic_ids([5, 0, 8191])
+
+
+@pytest.mark.parametrize("injection", INJECTIONS)
+def test_control_strings_in_a_transcript_never_become_control_ids(spark, injection):
+    _, ids, prompts = spark
+    voice = Voice("asha", globals=(1,) * 32, semantic=(2,), transcript=f"Ref {injection} one.")
+    prompt = prompts.build("Hi", voice)
+    head = prompt[: prompt.index(ids.marker("end_content"))]
+    assert not set(head[2:]) & _codec_and_control_ids(ids)
+
+
 @pytest.mark.parametrize("injection", INJECTIONS)
 def test_control_strings_in_user_text_never_become_control_ids(spark, injection):
     _, ids, prompts = spark

@@ -1,7 +1,8 @@
 """Checkpoint layouts: find the LLM and the codec inside a checkpoint directory.
 
 - Spark-TTS-0.5B / Veena3 (BiCodec): ``LLM/`` (Hugging Face LLM) and ``BiCodec/``
-  (``config.yaml`` + ``model.safetensors``), optionally ``voices.json``.
+  (``config.yaml`` + ``model.safetensors``), optionally ``voices.json`` and
+  ``wav2vec2-large-xlsr-53/`` (transcript-mode enrolment).
 - Veena / Orpheus (SNAC): the LLM at the root (or in ``LLM/``) and a SNAC directory
   (``snac_24khz/`` or ``snac/``: ``config.json`` + ``pytorch_model.bin``), optionally
   ``voices.json``.
@@ -15,6 +16,8 @@ from pathlib import Path
 from pipecat_veena.errors import CheckpointError
 
 _SNAC_DIRS = ("snac_24khz", "snac", "SNAC")
+#: The wav2vec2 model of Spark-TTS-0.5B (transcript-mode enrolment), at the checkpoint's root.
+WAV2VEC2_DIR = "wav2vec2-large-xlsr-53"
 
 
 @dataclass(frozen=True)
@@ -26,12 +29,15 @@ class CheckpointLayout:
         family: "bicodec" or "snac".
         llm_dir: the Hugging Face LLM directory (config.json, weights, tokenizer).
         codec_dir: the codec directory.
+        wav2vec2_dir: the ``wav2vec2-large-xlsr-53/`` directory (BiCodec checkpoints that ship
+            it, for transcript-mode enrolment), or None.
     """
 
     root: Path
     family: str
     llm_dir: Path
     codec_dir: Path
+    wav2vec2_dir: Path | None = None
 
 
 def detect_layout(path: str | Path) -> CheckpointLayout:
@@ -50,7 +56,9 @@ def detect_layout(path: str | Path) -> CheckpointLayout:
                 f"{root}: has BiCodec/ but no LLM/config.json; a Spark-TTS-0.5B layout "
                 "checkpoint needs both LLM/ and BiCodec/"
             )
-        return CheckpointLayout(root, "bicodec", llm, root / "BiCodec")
+        wav2vec2 = root / WAV2VEC2_DIR
+        found = wav2vec2 if (wav2vec2 / "config.json").is_file() else None
+        return CheckpointLayout(root, "bicodec", llm, root / "BiCodec", found)
     llm = root / "LLM" if (root / "LLM" / "config.json").is_file() else root
     for name in _SNAC_DIRS:
         codec = root / name

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from pipecat_veena.codecs.base import AudioCodec
-from pipecat_veena.engine.checkpoint import detect_layout
+from pipecat_veena.engine.checkpoint import WAV2VEC2_DIR, CheckpointLayout, detect_layout
 from pipecat_veena.engine.config import EngineConfig
 from pipecat_veena.engine.formats import ModelFormat, load_format, load_tokenizer
 from pipecat_veena.engine.utterance import AudioChunk, EngineParts, Utterance
@@ -44,6 +44,7 @@ from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, Part, split_parts
 
 if TYPE_CHECKING:
     from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
+    from pipecat_veena.codecs.bicodec.semantic import SemanticTokenizer
 
 __all__ = ["AudioChunk", "EngineConfig", "VeenaEngine", "load_codec"]
 
@@ -90,6 +91,7 @@ class VeenaEngine:
         self._requests = 0
         self._lexicon = Lexicon.load(config.lexicon)  # a bad lexicon fails here, not mid-call
         self._speaker_encoder: BiCodecSpeakerEncoder | None = None
+        self._semantic_tokenizer: SemanticTokenizer | None = None
         self._encoder_lock = asyncio.Lock()
         self._voices_seen: tuple[int, int] | None = None  # the voices file's (mtime_ns, size)
         self._voices_polled = 0.0
@@ -281,13 +283,17 @@ class VeenaEngine:
     ) -> Voice:
         """Enrol a voice from a clip of its speaker; ``stream(voice=name)`` then speaks with it.
 
-        Global-only enrolment: the BiCodec speaker encoder turns the clip into the 32 global
-        codes of a voice (its first 6 s, tiled when shorter, after volume normalisation); the
-        voice is kept with the others and exported by ``export_voices`` (JSON), so replicas
-        that load the file speak it too; with ``EngineConfig(voices_file=...)`` it is written
-        to that file at once (replicas sharing the file reload it when it changes). The work
-        runs in a worker thread; the speaker encoder loads on first use. Cloning quality
-        depends on the base model.
+        The BiCodec speaker encoder turns the clip into the 32 global codes of a voice (its
+        first 6 s, tiled when shorter, after volume normalisation). With a ``transcript`` and a
+        checkpoint that ships ``wav2vec2-large-xlsr-53/`` (Spark-TTS-0.5B does), the whole
+        clip's semantic tokens are computed too (wav2vec2 + the BiCodec encoder, as Spark-TTS
+        does), and every prompt of the voice carries the transcript and those tokens
+        (Spark-TTS's clone-with-transcript prompt: closer to the speaker, ~50 prompt tokens per
+        second of clip). The voice is kept with the others and exported by ``export_voices``
+        (JSON), so replicas that load the file speak it too; with
+        ``EngineConfig(voices_file=...)`` it is written to that file at once (replicas sharing
+        the file reload it when it changes). The work runs in a worker thread; the encoders
+        load on first use, on the CPU. Cloning quality depends on the base model.
 
         Args:
             name: the new voice's name (letters, digits, ``_ - .``); enrolling a name again
@@ -295,36 +301,53 @@ class VeenaEngine:
             audio: mono samples, float in [-1, 1] or int16: 3-30 s holding at least 3 s of
                 speech, neither silent nor clipped.
             sample_rate: the clip's rate in Hz (resampled to the encoder's 16 kHz).
-            transcript: the clip's words. Not used yet (transcript mode needs the wav2vec2
-                model); accepted so that callers need not change when it is.
+            transcript: the words spoken in the clip (transcript mode), or None (global-only).
 
         Returns:
-            The enrolled voice (``voice.globals`` holds its 32 codes).
+            The enrolled voice (``voice.globals`` holds its 32 codes; in transcript mode
+            ``voice.semantic`` and ``voice.transcript`` hold the reference).
 
         Raises:
-            EnrolmentError: a bad clip or name, or a checkpoint that cannot enrol (a SNAC
-                model, or BiCodec weights without the speaker encoder), naming the fix.
+            EnrolmentError: a bad clip, name or transcript, a checkpoint that cannot enrol (a
+                SNAC model, or BiCodec weights without the speaker encoder), or a transcript
+                with a checkpoint that has no wav2vec2 model, naming the fix.
         """
-        from pipecat_veena.engine.enrolment import prepare_clip
+        from pipecat_veena.engine.enrolment import check_transcript, prepare_clip
 
         fmt = self._require_format()
         self.check_enrolment(name)  # before any work
+        transcript = check_transcript(transcript)
+        layout = detect_layout(self.config.checkpoint)
+        if transcript is not None and layout.wav2vec2_dir is None:
+            raise EnrolmentError(
+                f"transcript mode needs the wav2vec2 model: {self.model_name} has no "
+                f"{WAV2VEC2_DIR}/ directory (Spark-TTS-0.5B ships it). Copy it into "
+                f"{layout.root}, or enrol without a transcript (global-only)."
+            )
         encoder = await self._speaker_encoder_loaded()
-        if transcript is not None:
-            logger.info(f"{self}: transcript of voice {name!r} not used (global-only enrolment)")
+        semantic = None if transcript is None else await self._semantic_tokenizer_loaded(layout)
 
-        def encode() -> list[int]:
-            return encoder.tokenize(prepare_clip(audio, sample_rate, encoder.sample_rate))
+        def encode() -> tuple[list[int], list[int] | None]:
+            wav = prepare_clip(audio, sample_rate, encoder.sample_rate)
+            return encoder.tokenize(wav), None if semantic is None else semantic.tokenize(wav)
 
         start = time.perf_counter()
-        codes = await asyncio.to_thread(encode)
+        codes, semantic_codes = await asyncio.to_thread(encode)
+        if semantic_codes is not None:
+            self._check_reference_fits(semantic_codes)
         self.refresh_voices(now=True)
         before = dict(fmt.voices.voices), set(fmt.voices.enrolled)
-        voice = fmt.voices.enrol(name, codes)
+        voice = fmt.voices.enrol(name, codes, semantic_codes, transcript)
         self._save_voices_file(undo=before)
+        if transcript is not None:
+            mode = f"with its transcript and {len(semantic_codes or ())} semantic tokens"
+        elif layout.wav2vec2_dir is None:
+            mode = f"global-only: no transcript, and no {WAV2VEC2_DIR}/ for transcript mode"
+        else:
+            mode = "global-only: no transcript given"
         logger.info(
             f"{self}: voice {voice.name!r} enrolled in "
-            f"{1000 * (time.perf_counter() - start):.0f} ms (global-only)"
+            f"{1000 * (time.perf_counter() - start):.0f} ms ({mode})"
         )
         return voice
 
@@ -424,6 +447,17 @@ class VeenaEngine:
             ) from e
         self._voices_seen = _file_signature(path)
 
+    def _check_reference_fits(self, semantic_codes: list[int]) -> None:
+        """EnrolmentError when a clip's semantic tokens would take over half the model length."""
+        room = self.config.max_model_len // 2
+        if len(semantic_codes) > room:
+            raise EnrolmentError(
+                f"the clip gives {len(semantic_codes)} semantic tokens (50 per second), more "
+                f"than half of max_model_len {self.config.max_model_len}: every prompt of the "
+                f"voice carries them. Enrol with a clip of at most {room // 50} s (about 10 s "
+                "is plenty)."
+            )
+
     async def _speaker_encoder_loaded(self) -> BiCodecSpeakerEncoder:
         """The checkpoint's speaker encoder, loaded once.
 
@@ -442,6 +476,20 @@ class VeenaEngine:
                 except CheckpointError as e:
                     raise EnrolmentError(str(e), code=EnrolmentError.UNSUPPORTED) from e
         return self._speaker_encoder
+
+    async def _semantic_tokenizer_loaded(self, layout: CheckpointLayout) -> SemanticTokenizer:
+        """The semantic tokenizer (wav2vec2 + the BiCodec encoder), loaded once, CPU float32."""
+        from pipecat_veena.codecs.bicodec.semantic import SemanticTokenizer
+
+        async with self._encoder_lock:
+            if self._semantic_tokenizer is None:
+                try:
+                    self._semantic_tokenizer = await asyncio.to_thread(
+                        SemanticTokenizer.from_pretrained, layout.codec_dir, layout.wav2vec2_dir
+                    )
+                except CheckpointError as e:
+                    raise EnrolmentError(str(e)) from e
+        return self._semantic_tokenizer
 
     def export_voices(self, path: str | Path | None = None) -> dict[str, Any]:
         """The pinned voice prints (to load in another process); written to ``path`` if given.

@@ -33,6 +33,8 @@ CLIP_LEVEL = 0.999
 MAX_CLIPPED_FRACTION = 0.01
 #: Rates a clip may have, in Hz.
 MIN_RATE, MAX_RATE = 8000, 192000
+#: Longest transcript of a clip (transcript mode): 30 s of fast speech is about 600 characters.
+MAX_TRANSCRIPT_CHARS = 1000
 #: Voice names: lower-case letters, digits, ``_``, ``-`` and ``.``; a letter or digit first.
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 
@@ -46,6 +48,29 @@ def check_voice_name(name: object) -> str:
             code=EnrolmentError.BAD_NAME,
         )
     return name.strip().lower()
+
+
+def check_transcript(transcript: object) -> str | None:
+    """The stripped transcript of a clip, or None; EnrolmentError when it is not usable."""
+    if transcript is None:
+        return None
+    if not isinstance(transcript, str):
+        raise EnrolmentError(
+            f"the transcript must be text (the words spoken in the clip), got "
+            f"{type(transcript).__name__}"
+        )
+    text = " ".join(transcript.split())
+    if not text:
+        raise EnrolmentError(
+            "the transcript is empty: pass the words spoken in the clip, or no transcript "
+            "(global-only enrolment)"
+        )
+    if len(text) > MAX_TRANSCRIPT_CHARS:
+        raise EnrolmentError(
+            f"the transcript has {len(text)} characters (at most {MAX_TRANSCRIPT_CHARS}): "
+            "pass only the words spoken in the clip"
+        )
+    return text
 
 
 def _as_mono_float(audio: object) -> np.ndarray:

@@ -118,15 +118,22 @@ class SparkPrompts:
 
         A voice with fixed globals uses the clone form; a prefix from an earlier part makes the
         model continue with the semantic tokens only, in the same voice. Both end with
-        ``<|start_semantic_token|>``, which the model would otherwise spend a step on.
+        ``<|start_semantic_token|>``, which the model would otherwise spend a step on. An
+        enrolled voice with a transcript uses Spark-TTS's clone-with-transcript form: the
+        reference transcript right before the text (no separator, as Spark-TTS joins them) and
+        the reference clip's semantic tokens after ``<|start_semantic_token|>``, which the model
+        continues with the text's.
         """
         enc = self.encoder
-        body = enc.user_text(text)
         if voice.globals is not None:
+            spoken = text if voice.transcript is None else voice.transcript + text
             head = enc.control("<|task_tts|><|start_content|>")
             tail = enc.control("<|end_content|><|start_global_token|>")
             filled = [*self.ids.global_ids(voice.globals), self.ids.marker("end_global_token")]
-            return [*head, *body, *tail, *filled, *self._semantic_start]
+            reference = self.ids.semantic_ids(voice.semantic or ())
+            return [*head, *enc.user_text(spoken), *tail, *filled, *self._semantic_start,
+                    *reference]  # fmt: skip
+        body = enc.user_text(text)
         if voice.speaker is not None:
             if self.template is None:
                 raise ValueError(f"voice {voice.name!r} needs a template (voices.json)")

@@ -100,6 +100,10 @@ class BiCodecIds:
         """Token ids of global codes in [0, num_global_codes)."""
         return [self.global_base + int(c) for c in codes]
 
+    def semantic_ids(self, codes: Iterable[int]) -> list[int]:
+        """Token ids of semantic codes in [0, num_semantic_codes)."""
+        return [self.semantic_base + int(c) for c in codes]
+
     @cached_property
     def control_ids(self) -> frozenset[int]:
         """Every id that steers generation (markers, style labels, eos)."""

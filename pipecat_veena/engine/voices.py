@@ -33,6 +33,8 @@ LEVELS = ("very_low", "low", "moderate", "high", "very_high")
 GENDERS = ("female", "male")
 #: Size of a BiCodec global codebook: a global code is in [0, GLOBAL_CODES).
 GLOBAL_CODES = 4096
+#: Size of the BiCodec semantic codebook: a semantic code is in [0, SEMANTIC_CODES).
+SEMANTIC_CODES = 8192
 #: ``format`` of an exported voice-print file.
 PRINTS_FORMAT = "pipecat-veena-voice-prints"
 
@@ -46,6 +48,9 @@ class Voice:
         speaker: speaker tag for template formats (Veena3 ``<|speaker_x|>``, Veena ``x``).
         gender, pitch, speed: Spark controllable labels (indexes into GENDERS / LEVELS).
         globals: fixed 32 BiCodec global codes (a cloned voice), or None.
+        semantic: the reference clip's BiCodec semantic codes (transcript-mode enrolment), or
+            None; set together with ``transcript``.
+        transcript: the words of the reference clip (transcript-mode enrolment), or None.
     """
 
     name: str
@@ -54,6 +59,8 @@ class Voice:
     pitch: int = 2
     speed: int = 2
     globals: tuple[int, ...] | None = None
+    semantic: tuple[int, ...] | None = None
+    transcript: str | None = None
 
     @property
     def generated(self) -> bool:
@@ -94,11 +101,28 @@ def voice_with_levels(voice: str | None, pitch: str | None, speed: str | None) -
     return f"{voice}:{pitch or 'moderate'}:{speed or 'moderate'}"
 
 
+def _codes_ok(codes: Sequence[Any], size: int) -> bool:
+    return all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < size for c in codes)
+
+
+def check_semantic(codes: Any, transcript: Any, where: str) -> tuple[tuple[int, ...], str]:
+    """A transcript-mode reference: semantic codes in [0, 8192) and a non-empty transcript.
+
+    Raises:
+        ValueError: naming what is wrong.
+    """
+    if not isinstance(codes, list | tuple) or not codes or not _codes_ok(codes, SEMANTIC_CODES):
+        raise ValueError(
+            f"{where}: 'semantic' must be a non-empty list of integers in [0, {SEMANTIC_CODES})"
+        )
+    if not isinstance(transcript, str) or not transcript.strip():
+        raise ValueError(f"{where}: 'transcript' must be the reference clip's words")
+    return tuple(codes), transcript.strip()
+
+
 def check_globals(codes: Sequence[Any], count: int, where: str) -> tuple[int, ...]:
     """``count`` integer global codes in [0, 4096), as a tuple; else a clear ValueError."""
-    if len(codes) != count or not all(
-        isinstance(c, int) and not isinstance(c, bool) and 0 <= c < GLOBAL_CODES for c in codes
-    ):
+    if len(codes) != count or not _codes_ok(codes, GLOBAL_CODES):
         raise ValueError(
             f"{where}: a voice needs {count} global codes (integers in [0, {GLOBAL_CODES})), got "
             f"{len(codes)} value(s) {list(codes)[:4]}..."
@@ -167,16 +191,34 @@ class VoiceBook:
         self.voices[key] = Voice(name=key, globals=codes)
         return self.voices[key]
 
-    def enrol(self, name: str, global_codes: Sequence[int]) -> Voice:
+    def enrol(
+        self,
+        name: str,
+        global_codes: Sequence[int],
+        semantic: Sequence[int] | None = None,
+        transcript: str | None = None,
+    ) -> Voice:
         """Add (or replace) an enrolled voice: a checked name that no built-in voice has.
+
+        Args:
+            name: the voice's name.
+            global_codes: its ``num_globals`` global codes.
+            semantic: transcript mode: the reference clip's semantic codes (with ``transcript``).
+            transcript: transcript mode: the reference clip's words (with ``semantic``).
 
         Raises:
             EnrolmentError: an unusable name, or one that a built-in voice (or a controllable
                 ``gender:pitch:speed`` name) already answers to.
-            ValueError: codes that are not ``num_globals`` global codes.
+            ValueError: codes that are not ``num_globals`` global codes, or a transcript-mode
+                reference without its codes or words.
         """
         key, codes = self._check_enrolment(name, global_codes)
-        self.voices[key] = Voice(name=key, globals=codes)
+        reference: tuple[tuple[int, ...] | None, str | None] = (None, None)
+        if semantic is not None or transcript is not None:
+            reference = check_semantic(semantic, transcript, f"voice {key!r}")
+        self.voices[key] = Voice(
+            name=key, globals=codes, semantic=reference[0], transcript=reference[1]
+        )
         self.enrolled.add(key)
         return self.voices[key]
 
@@ -245,8 +287,7 @@ class VoiceBook:
         }
         if self.enrolled:
             data["enrolled"] = {
-                name: {"globals": list(self.voices[name].globals or ())}
-                for name in sorted(self.enrolled)
+                name: _enrolled_entry(self.voices[name]) for name in sorted(self.enrolled)
             }
         return data
 
@@ -283,7 +324,10 @@ class VoiceBook:
             isinstance(e, dict) and isinstance(e.get("globals"), list) for e in enrolled.values()
         ):
             raise ValueError("voice-print file: 'enrolled' must map names to {'globals': [...]}")
-        checked = [self._check_enrolment(n, e["globals"]) for n, e in enrolled.items()]
+        checked = [
+            (*self._check_enrolment(n, e["globals"]), _reference_of(n, e))
+            for n, e in enrolled.items()
+        ]
         loaded: dict[str, VoicePrint] = {}
         for name, entry in entries.items():
             voice = self.resolve(name)
@@ -298,11 +342,26 @@ class VoiceBook:
             loaded[voice.name] = VoicePrint(tuple(prefix), tuple(codes))
         self.pinned.update(loaded)
         if replace_enrolled:
-            for gone in self.enrolled - {key for key, _ in checked}:
+            for gone in self.enrolled - {key for key, _, _ in checked}:
                 self.forget(gone)
-        for key, codes in checked:
-            self.enrol(key, codes)
-        return sorted(loaded) + sorted(key for key, _ in checked)
+        for key, codes, (semantic, transcript) in checked:
+            self.enrol(key, codes, semantic, transcript)
+        return sorted(loaded) + sorted(key for key, _, _ in checked)
+
+
+def _enrolled_entry(voice: Voice) -> dict[str, Any]:
+    """An enrolled voice in a voice-print file: its globals, and its transcript-mode reference."""
+    entry: dict[str, Any] = {"globals": list(voice.globals or ())}
+    if voice.semantic is not None:
+        entry.update(semantic=list(voice.semantic), transcript=voice.transcript)
+    return entry
+
+
+def _reference_of(name: str, entry: dict[str, Any]) -> tuple[tuple[int, ...] | None, str | None]:
+    """The (semantic codes, transcript) of an enrolled entry; (None, None) when global-only."""
+    if "semantic" not in entry and "transcript" not in entry:
+        return None, None
+    return check_semantic(entry.get("semantic"), entry.get("transcript"), f"voice {name!r}")
 
 
 def _parse_controllable(key: str) -> Voice | None:

@@ -92,6 +92,42 @@ class MelConfig:
 
 
 @dataclass(frozen=True)
+class EncoderConfig:
+    """The semantic feature encoder (``encoder`` block; encode only): wav2vec2 features in."""
+
+    input_channels: int
+    vocos_dim: int
+    vocos_intermediate_dim: int
+    vocos_num_layers: int
+    out_channels: int
+    sample_ratios: tuple[int, ...]
+
+    @classmethod
+    def from_dict(cls, tokenizer: Mapping[str, Any], *, source: str = "config") -> EncoderConfig:
+        """Build from the ``audio_tokenizer`` mapping's ``encoder`` block.
+
+        Raises:
+            CheckpointError: the block or one of its keys is missing, or a sample ratio is not 1.
+        """
+        block = tokenizer.get("encoder")
+        keys = ("input_channels", "vocos_dim", "vocos_intermediate_dim", "vocos_num_layers",
+                "out_channels", "sample_ratios")  # fmt: skip
+        missing = [k for k in keys if not isinstance(block, Mapping) or k not in block]
+        if missing:
+            raise CheckpointError(
+                f"{source}: audio_tokenizer.encoder lacks {missing}, which the semantic "
+                "encoder needs. Use the config.yaml that ships with the BiCodec weights."
+            )
+        ratios = tuple(int(r) for r in block["sample_ratios"])
+        if any(r != 1 for r in ratios):
+            raise CheckpointError(
+                f"{source}: unsupported audio_tokenizer.encoder.sample_ratios {ratios} (only 1s "
+                "supported, as in Spark-TTS-0.5B)."
+            )
+        return cls(*(int(block[k]) for k in keys[:-1]), ratios)
+
+
+@dataclass(frozen=True)
 class QuantizerConfig:
     """Semantic codebook: ``codebook_size`` vectors of ``codebook_dim``, projected up."""
 

@@ -63,6 +63,20 @@ def volume_normalize(wav: Tensor) -> Tensor:
     return wav / peak if peak > 1 else wav
 
 
+def clip_tensor(wav: Tensor | np.ndarray) -> Tensor:
+    """A mono clip as a float32 tensor (N,).
+
+    Raises:
+        ValueError: not a non-empty 1-D array of finite samples.
+    """
+    wav = torch.as_tensor(wav, dtype=torch.float32)
+    if wav.dim() != 1 or wav.numel() == 0:
+        raise ValueError(f"the voice clip must be a non-empty 1-D array, got {tuple(wav.shape)}")
+    if not bool(torch.isfinite(wav).all()):
+        raise ValueError("the voice clip holds NaN or infinite samples")
+    return wav
+
+
 def reference_clip(wav: Tensor, length: int) -> Tensor:
     """The first ``length`` samples of ``wav`` (N,), the clip tiled end to end when shorter."""
     if wav.numel() == 0:
@@ -183,14 +197,7 @@ class BiCodecSpeakerEncoder(nn.Module):
         Raises:
             ValueError: not a non-empty 1-D array of finite samples.
         """
-        wav = torch.as_tensor(wav, dtype=torch.float32)
-        if wav.dim() != 1 or wav.numel() == 0:
-            raise ValueError(
-                f"the voice clip must be a non-empty 1-D array, got {tuple(wav.shape)}"
-            )
-        if not bool(torch.isfinite(wav).all()):
-            raise ValueError("the voice clip holds NaN or infinite samples")
-        return reference_clip(volume_normalize(wav), self.clip_samples)
+        return reference_clip(volume_normalize(clip_tensor(wav)), self.clip_samples)
 
     @torch.inference_mode()
     def tokenize(self, wav: Tensor | np.ndarray) -> list[int]:

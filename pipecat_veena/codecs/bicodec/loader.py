@@ -13,13 +13,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from loguru import logger
 from torch import Tensor, nn
 
-from pipecat_veena.codecs.bicodec.config import BiCodecConfig, MelConfig, read_audio_tokenizer
+from pipecat_veena.codecs.bicodec.config import (
+    BiCodecConfig,
+    EncoderConfig,
+    MelConfig,
+    read_audio_tokenizer,
+)
 from pipecat_veena.codecs.bicodec.model import BiCodecDecoder
 from pipecat_veena.codecs.bicodec.modules import official_parameters
 from pipecat_veena.codecs.bicodec.tensorfile import TensorFile
@@ -27,6 +32,7 @@ from pipecat_veena.errors import CheckpointError
 
 if TYPE_CHECKING:
     from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
+    from pipecat_veena.codecs.bicodec.semantic import BiCodecSemanticEncoder
 
 CONFIG_FILE = "config.yaml"
 WEIGHTS_FILE = "model.safetensors"
@@ -72,6 +78,8 @@ def fold_weight_norm(g: Tensor, v: Tensor) -> Tensor:
 
 #: Key prefix of the speaker encoder's frame encoder (ECAPA-TDNN) in the official checkpoint.
 SPEAKER_ENCODER_PREFIX = "speaker_encoder.speaker_encoder."
+#: Key prefix of the semantic feature encoder's backbone in the official checkpoint.
+SEMANTIC_ENCODER_PREFIX = "encoder.encoder."
 
 
 class _Reader:
@@ -193,6 +201,46 @@ def has_speaker_encoder(path: str | Path) -> bool:
         return any(k.startswith(SPEAKER_ENCODER_PREFIX) for k in file.keys())
 
 
+def _load_encode_part(
+    path: str | Path,
+    model_class: Callable[[BiCodecConfig, Any], nn.Module],
+    part_config: type[MelConfig] | type[EncoderConfig],
+    *,
+    what: str,
+    marker: str,
+    absent: str,
+    device: str | torch.device,
+    dtype: torch.dtype,
+) -> Any:
+    """Load an encode-side model, ``model_class(BiCodecConfig, part_config)``, built on meta.
+
+    Raises:
+        CheckpointError: missing files, no tensor named ``marker*`` (message ``absent``), a
+            missing tensor, or a shape that does not match the config.
+    """
+    start = time.perf_counter()
+    directory = resolve_bicodec_dir(path)
+    config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
+    tokenizer = read_audio_tokenizer(config_path)
+    config = BiCodecConfig.from_dict(tokenizer, source=str(config_path))
+    part = part_config.from_dict(tokenizer, source=str(config_path))
+    with torch.device("meta"):
+        model = model_class(config, part)
+    with TensorFile(weights_path) as file:
+        reader = _Reader(file, config_path, what=what)
+        if not any(k.startswith(marker) for k in reader.keys):
+            raise CheckpointError(f"{weights_path}: no {what} tensors ({marker}*), {absent}")
+        model = _load(
+            model, reader, device=device, dtype=dtype, any_spelling=(nn.Conv1d, nn.Linear)
+        )
+    logger.debug(
+        f"BiCodec {what} loaded from {directory} in {time.perf_counter() - start:.2f} s: "
+        f"{len(reader.used)} tensors, "
+        f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params, {dtype} on {device}"
+    )
+    return model
+
+
 def load_speaker_encoder(
     path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ) -> BiCodecSpeakerEncoder:
@@ -204,28 +252,36 @@ def load_speaker_encoder(
     """
     from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
 
-    start = time.perf_counter()
-    directory = resolve_bicodec_dir(path)
-    config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
-    tokenizer = read_audio_tokenizer(config_path)
-    config = BiCodecConfig.from_dict(tokenizer, source=str(config_path))
-    mel = MelConfig.from_dict(tokenizer, source=str(config_path))
-    with torch.device("meta"):
-        model = BiCodecSpeakerEncoder(config, mel)
-    with TensorFile(weights_path) as file:
-        reader = _Reader(file, config_path, what="speaker-encoder")
-        if not any(k.startswith(SPEAKER_ENCODER_PREFIX) for k in reader.keys):
-            raise CheckpointError(
-                f"{weights_path}: no speaker-encoder tensors ({SPEAKER_ENCODER_PREFIX}*), so "
-                "voices cannot be enrolled from audio with this checkpoint. Use the full "
-                "BiCodec/model.safetensors that ships with Spark-TTS-0.5B (it holds them)."
-            )
-        model = _load(
-            model, reader, device=device, dtype=dtype, any_spelling=(nn.Conv1d, nn.Linear)
-        )
-    logger.debug(
-        f"BiCodec speaker encoder loaded from {directory} in {time.perf_counter() - start:.2f} s:"
-        f" {len(reader.used)} tensors, "
-        f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params, {dtype} on {device}"
+    absent = (
+        "so voices cannot be enrolled from audio with this checkpoint. Use the full "
+        "BiCodec/model.safetensors that ships with Spark-TTS-0.5B (it holds them)."
     )
-    return model
+    return _load_encode_part(
+        path, BiCodecSpeakerEncoder, MelConfig, what="speaker-encoder",
+        marker=SPEAKER_ENCODER_PREFIX, absent=absent, device=device, dtype=dtype,
+    )  # fmt: skip
+
+
+def load_semantic_encoder(
+    path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> BiCodecSemanticEncoder:
+    """Build the semantic encoder from a checkpoint (``BiCodecSemanticEncoder.from_pretrained``).
+
+    Reads ``encoder.*``, ``quantizer.in_project.*`` (any weight spelling) and
+    ``quantizer.codebook.weight``.
+
+    Raises:
+        CheckpointError: missing files, unreadable weights, no ``encoder.encoder.*`` tensors, a
+            missing tensor, or a shape that does not match the config.
+    """
+    from pipecat_veena.codecs.bicodec.semantic import BiCodecSemanticEncoder
+
+    absent = (
+        "so this checkpoint cannot compute a clip's semantic tokens (transcript-mode "
+        "enrolment). Use the full BiCodec/model.safetensors that ships with Spark-TTS-0.5B, or "
+        "enrol without a transcript."
+    )
+    return _load_encode_part(
+        path, BiCodecSemanticEncoder, EncoderConfig, what="semantic-encoder",
+        marker=SEMANTIC_ENCODER_PREFIX, absent=absent, device=device, dtype=dtype,
+    )  # fmt: skip

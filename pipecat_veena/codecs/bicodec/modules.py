@@ -160,14 +160,19 @@ class ConvNeXtBlock(nn.Module):
 
 
 class VocosBackbone(nn.Module):
-    """Embed conv (k7) -> norm -> ConvNeXt blocks -> final LayerNorm."""
+    """Embed conv (k7, ``input_channels`` -> dim) -> norm -> ConvNeXt blocks -> final LayerNorm."""
 
     def __init__(
-        self, dim: int, intermediate_dim: int, num_layers: int, condition_dim: int | None = None
+        self,
+        dim: int,
+        intermediate_dim: int,
+        num_layers: int,
+        condition_dim: int | None = None,
+        input_channels: int | None = None,
     ) -> None:
         super().__init__()
         pad = (VOCOS_KERNEL - 1) // 2
-        self.embed = nn.Conv1d(dim, dim, VOCOS_KERNEL, padding=pad)
+        self.embed = nn.Conv1d(input_channels or dim, dim, VOCOS_KERNEL, padding=pad)
         self.norm = (
             AdaLayerNorm(condition_dim, dim) if condition_dim else nn.LayerNorm(dim, eps=NORM_EPS)
         )
@@ -177,7 +182,7 @@ class VocosBackbone(nn.Module):
         self.final_layer_norm = nn.LayerNorm(dim, eps=NORM_EPS)
 
     def forward(self, x: Tensor, cond: Tensor | None, mask: Tensor | None) -> Tensor:
-        """x (B, C, T) -> (B, T, C)."""
+        """x (B, C_in, T) -> (B, T, C)."""
         x = self.embed(masked(x, mask)).transpose(1, 2)  # (B, C, T) -> (B, T, C)
         x = self.norm(x, cond) if cond is not None else self.norm(x)
         x = x.transpose(1, 2)  # (B, T, C) -> (B, C, T)
@@ -194,6 +199,25 @@ class _TripleSkip(nn.Module):
         return (x * 3).transpose(1, 2)  # (B, T, C) -> (B, C, T)
 
 
+def sampling_stages(dim: int, intermediate_dim: int, count: int) -> nn.ModuleList:
+    """The reference's ``downsample`` stages at ratio 1: (SamplingBlock, 2-layer backbone) each.
+
+    Shared by the prenet and the semantic encoder; their checkpoint keys are
+    ``downsample.{i}.1.*`` (the sampling block has no tensors at ratio 1).
+    """
+    return nn.ModuleList(
+        nn.ModuleList([_TripleSkip(), VocosBackbone(dim, intermediate_dim, DOWNSAMPLE_LAYERS)])
+        for _ in range(count)
+    )
+
+
+def run_sampling_stages(stages: nn.ModuleList, x: Tensor, mask: Tensor | None) -> Tensor:
+    """x (B, T, C) through ``sampling_stages`` -> (B, T, C)."""
+    for skip, backbone in stages:
+        x = backbone(skip(x), None, mask)
+    return x
+
+
 class Prenet(nn.Module):
     """Feature decoder: quantized semantic features + speaker vector -> generator input."""
 
@@ -202,18 +226,13 @@ class Prenet(nn.Module):
         self.use_tanh_at_final = cfg.use_tanh_at_final
         self.linear_pre = nn.Linear(cfg.input_channels, cfg.vocos_dim)
         dim, inter = cfg.vocos_dim, cfg.vocos_intermediate_dim
-        self.downsample = nn.ModuleList(
-            nn.ModuleList([_TripleSkip(), VocosBackbone(dim, inter, DOWNSAMPLE_LAYERS)])
-            for _ in cfg.sample_ratios
-        )
+        self.downsample = sampling_stages(dim, inter, len(cfg.sample_ratios))
         self.vocos_backbone = VocosBackbone(dim, inter, cfg.vocos_num_layers, cfg.condition_dim)
         self.linear = nn.Linear(cfg.vocos_dim, cfg.out_channels)
 
     def forward(self, z: Tensor, cond: Tensor, mask: Tensor | None) -> Tensor:
         """z (B, T, input_channels), cond (B, condition_dim) -> (B, out_channels, T)."""
-        x = self.linear_pre(z)
-        for skip, backbone in self.downsample:
-            x = backbone(skip(x), None, mask)
+        x = run_sampling_stages(self.downsample, self.linear_pre(z), mask)
         x = self.vocos_backbone(x.transpose(1, 2), cond, mask)  # (B, T, C) -> (B, C, T) in
         x = self.linear(x)
         if self.use_tanh_at_final:

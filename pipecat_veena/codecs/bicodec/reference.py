@@ -199,3 +199,48 @@ class ReferenceSpeakerEncoder(nn.Module):
         _, ids = parts.quantizer(tokens.transpose(1, 2))  # (1, 1, L): one quantizer
         assert torch.equal(ids, parts.tokenize(mel.transpose(1, 2)))  # the stages are the API's
         return {"mel": mel[0], "latent": latent[0], "tokens": tokens[0], "ids": ids[0, 0]}
+
+
+# --- the semantic tokenizer (transcript mode) ---
+
+
+class ReferenceSemanticTokenizer(nn.Module):
+    """flashtts's ``Encoder`` and ``FactorizedVectorQuantize`` behind the Spark-TTS recipe.
+
+    The recipe (Spark-TTS ``BiCodecTokenizer.tokenize``): the volume-normalised whole clip (numpy
+    version above), transformers' wav2vec2 feature extractor and the *full* wav2vec2 model with
+    every hidden state, states 11, 14 and 16 averaged, then ``Encoder`` and
+    ``FactorizedVectorQuantize.tokenize``. The BiCodec tensors are loaded from a checkpoint's
+    ``model.safetensors`` with torch's own ``load_state_dict`` (weight-norm keys as saved).
+    """
+
+    def __init__(self, bicodec_dir: str | Path, wav2vec2_dir: str | Path) -> None:
+        super().__init__()
+        from flashtts.modules.encoder_decoder.feat_encoder import Encoder
+        from flashtts.modules.vq.factorized_vector_quantize import FactorizedVectorQuantize
+        from safetensors.torch import load_file
+        from transformers import Wav2Vec2FeatureExtractor, Wav2Vec2Model
+
+        bicodec_dir = Path(bicodec_dir)
+        cfg = yaml.safe_load((bicodec_dir / "config.yaml").read_text())["audio_tokenizer"]
+        self.encoder = Encoder(**cfg["encoder"])
+        self.quantizer = FactorizedVectorQuantize(**cfg["quantizer"])
+        state = load_file(str(bicodec_dir / "model.safetensors"))
+        for name in ("encoder", "quantizer"):
+            part = {k[len(name) + 1 :]: v for k, v in state.items() if k.startswith(name + ".")}
+            getattr(self, name).load_state_dict(part)
+        self.processor = Wav2Vec2FeatureExtractor.from_pretrained(str(wav2vec2_dir))
+        self.wav2vec2 = Wav2Vec2Model.from_pretrained(str(wav2vec2_dir)).eval()
+        self.wav2vec2.config.output_hidden_states = True
+        self.eval()
+
+    @torch.no_grad()
+    def encode(self, wav: np.ndarray) -> dict[str, Tensor]:
+        """A 16 kHz mono clip -> features (T, H), latents (T, D), ids (T,)."""
+        wav = reference_volume_normalize(np.asarray(wav, np.float64)).astype(np.float32)
+        inputs = self.processor(wav, sampling_rate=16000, return_tensors="pt", padding=True)
+        states = self.wav2vec2(inputs.input_values).hidden_states
+        feat = (states[11] + states[14] + states[16]) / 3
+        z = self.encoder(feat.transpose(1, 2))  # (1, D, T)
+        ids = self.quantizer.tokenize(z)
+        return {"features": feat[0], "latents": z[0].transpose(0, 1), "ids": ids[0]}
