@@ -211,6 +211,7 @@ async def test_transcript_without_wav2vec2_or_words_is_refused(tmp_path: Path, s
     root = _bicodec_checkpoint(tmp_path / "ckpt")
     engine, _ = await _engine(root)
     try:
+        assert not engine.enrols_with_transcript  # what the server's voice upload asks
         with pytest.raises(EnrolmentError, match=f"transcript mode needs .* no {WAV2VEC2_DIR}/"):
             await engine.enroll_voice("asha", speech, 22050, transcript="Hello there.")
         with pytest.raises(EnrolmentError, match="the transcript is empty"):
@@ -233,6 +234,7 @@ async def test_transcript_mode_puts_the_reference_in_every_prompt(tmp_path: Path
     engine, generator = await _engine(root)
     words = "The quick brown fox jumps over the lazy dog."
     try:
+        assert engine.enrols_with_transcript
         voice = await engine.enroll_voice("Asha", speech, 22050, transcript=f" {words} ")
         tokenizer = SemanticTokenizer.from_pretrained(root / "BiCodec", root / WAV2VEC2_DIR)
         expected = tokenizer.tokenize(prepare_clip(speech, 22050, tokenizer.sample_rate))

@@ -278,6 +278,16 @@ class VeenaEngine:
             raise ValueError("only BiCodec checkpoints take voices given by global codes")
         fmt.voices.register(name, global_codes)
 
+    @property
+    def enrols_with_transcript(self) -> bool:
+        """True when ``enroll_voice`` takes a ``transcript`` (False before ``start()``).
+
+        That is a BiCodec checkpoint that ships ``wav2vec2-large-xlsr-53/``.
+        """
+        if self._format is None or self._format.family != "bicodec":
+            return False
+        return detect_layout(self.config.checkpoint).wav2vec2_dir is not None
+
     async def enroll_voice(
         self, name: str, audio: Any, sample_rate: int, transcript: str | None = None
     ) -> Voice:
