@@ -251,11 +251,6 @@ def _voices(args: argparse.Namespace) -> int:
         return 0
     if args.clip is None:
         raise ValueError("voices add NAME CLIP: give the voice clip's file")
-    if args.transcript:
-        raise ValueError(
-            "--transcript: transcript mode needs the wav2vec2 model next to the checkpoint; "
-            "leave it out to enrol from the audio alone"
-        )
     from pipecat_veena.remote.protocol import ProtocolError
     from pipecat_veena.server.uploads import decode_clip
 
@@ -263,7 +258,7 @@ def _voices(args: argparse.Namespace) -> int:
         samples, rate = decode_clip(args.clip.read_bytes(), 30.0)
     except ProtocolError as e:
         raise ValueError(f"{args.clip}: {e.message}") from None
-    codes = enrol_into_file(checkpoint, path, args.name, samples, rate)
+    codes = enrol_into_file(checkpoint, path, args.name, samples, rate, args.transcript)
     print(f"enrolled {args.name.strip().lower()!r} into {path} (32 global codes: {codes[:4]}...)")
     print("a server with this voices file picks it up within a second (or send it SIGHUP)")
     return 0

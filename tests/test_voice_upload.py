@@ -324,6 +324,30 @@ def test_cli_voices_add_list_remove(checkpoint, clips, tmp_path, capsys) -> None
     assert main(["voices", "remove", "asha", *voices]) == 0
     assert main(["voices", "remove", "asha", *voices]) == 2
     assert "enrolled" not in json.loads((tmp_path / "v.json").read_text())
+    said = "The quick brown fox"
+    assert main(["voices", "add", "Asha", str(clip), "--transcript", said, *voices]) == 2
+    assert "wav2vec2" in capsys.readouterr().err  # transcript mode needs the wav2vec2 model
+
+
+def test_cli_voices_add_in_transcript_mode(checkpoint, clips, tmp_path) -> None:
+    from pipecat_veena.cli import main
+    from pipecat_veena.codecs.bicodec.random_semantic import (
+        add_random_semantic_encoder,
+        write_random_wav2vec2,
+    )
+    from pipecat_veena.engine.checkpoint import WAV2VEC2_DIR
+
+    add_random_semantic_encoder(checkpoint / "BiCodec", seed=3)
+    write_random_wav2vec2(checkpoint / WAV2VEC2_DIR, hidden_size=64, seed=4)
+    clip = tmp_path / "clip.wav"
+    clip.write_bytes(encode_clip(clips[16000], 16000, "wav"))
+    voices = ["--model", str(checkpoint), "--voices-file", str(tmp_path / "v.json")]
+    said = ["--transcript", " The quick  fox"]
+    assert main(["voices", "add", "Asha", str(clip), *said, *voices]) == 0
+    entry = json.loads((tmp_path / "v.json").read_text())["enrolled"]["asha"]
+    assert entry["transcript"] == "The quick fox" and len(entry["globals"]) == 32
+    seconds = len(clips[16000]) / 16000
+    assert abs(len(entry["semantic"]) - 50 * min(seconds, 30)) <= 2  # 50 semantic codes a second
 
 
 async def test_a_voices_file_that_cannot_be_written_changes_nothing(checkpoint, clips, tmp_path):

@@ -322,18 +322,18 @@ class VeenaEngine:
                 SNAC model, or BiCodec weights without the speaker encoder), or a transcript
                 with a checkpoint that has no wav2vec2 model, naming the fix.
         """
-        from pipecat_veena.engine.enrolment import check_transcript, prepare_clip
+        from pipecat_veena.engine.enrolment import (
+            check_transcript,
+            prepare_clip,
+            wav2vec2_missing,
+        )
 
         fmt = self._require_format()
         self.check_enrolment(name)  # before any work
         transcript = check_transcript(transcript)
         layout = detect_layout(self.config.checkpoint)
         if transcript is not None and layout.wav2vec2_dir is None:
-            raise EnrolmentError(
-                f"transcript mode needs the wav2vec2 model: {self.model_name} has no "
-                f"{WAV2VEC2_DIR}/ directory (Spark-TTS-0.5B ships it). Copy it into "
-                f"{layout.root}, or enrol without a transcript (global-only)."
-            )
+            raise wav2vec2_missing(self.model_name, layout.root, WAV2VEC2_DIR)
         encoder = await self._speaker_encoder_loaded()
         semantic = None if transcript is None else await self._semantic_tokenizer_loaded(layout)
 

@@ -50,6 +50,15 @@ def check_voice_name(name: object) -> str:
     return name.strip().lower()
 
 
+def wav2vec2_missing(model: str, root: object, directory: str) -> EnrolmentError:
+    """The refusal of a transcript on a checkpoint without the wav2vec2 model, with the fix."""
+    return EnrolmentError(
+        f"transcript mode needs the wav2vec2 model: {model} has no {directory}/ directory "
+        f"(Spark-TTS-0.5B ships it). Copy it into {root}, or enrol without a transcript "
+        "(global-only)."
+    )
+
+
 def check_transcript(transcript: object) -> str | None:
     """The stripped transcript of a clip, or None; EnrolmentError when it is not usable."""
     if transcript is None:

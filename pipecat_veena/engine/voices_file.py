@@ -14,8 +14,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pipecat_veena.engine.checkpoint import detect_layout
-from pipecat_veena.engine.enrolment import prepare_clip
+from pipecat_veena.engine.checkpoint import WAV2VEC2_DIR, detect_layout
+from pipecat_veena.engine.enrolment import check_transcript, prepare_clip, wav2vec2_missing
 from pipecat_veena.engine.voices import PRINTS_FORMAT, spark_voices
 from pipecat_veena.errors import CheckpointError, EnrolmentError, UnknownVoiceError
 
@@ -68,9 +68,17 @@ def read_voices_file(path: str | Path, model: str = "") -> dict[str, Any]:
 
 
 def enrol_into_file(
-    checkpoint: str | Path, path: str | Path, name: str, audio: Any, sample_rate: int
+    checkpoint: str | Path,
+    path: str | Path,
+    name: str,
+    audio: Any,
+    sample_rate: int,
+    transcript: str | None = None,
 ) -> list[int]:
     """Enrol a voice from a clip into a voices file with the checkpoint's speaker encoder.
+
+    With a ``transcript`` (transcript mode, as ``VeenaEngine.enroll_voice``), the clip's semantic
+    codes from the checkpoint's wav2vec2 model are stored with it.
 
     Returns:
         The voice's 32 global codes.
@@ -86,12 +94,22 @@ def enrol_into_file(
         raise snac_cannot_enrol(Path(checkpoint).name)
     data = read_voices_file(path, Path(checkpoint).name)
     key = spark_voices(layout.root, 32).check_enrolment(name)
+    transcript = check_transcript(transcript)
+    if transcript is not None and layout.wav2vec2_dir is None:
+        raise wav2vec2_missing(Path(checkpoint).name, layout.root, WAV2VEC2_DIR)
     try:
         encoder = BiCodecSpeakerEncoder.from_pretrained(layout.codec_dir)
     except CheckpointError as e:
         raise EnrolmentError(str(e), code=EnrolmentError.UNSUPPORTED) from e
-    codes = list(encoder.tokenize(prepare_clip(audio, sample_rate, encoder.sample_rate)))
-    data.setdefault("enrolled", {})[key] = {"globals": codes}
+    wav = prepare_clip(audio, sample_rate, encoder.sample_rate)
+    entry: dict[str, Any] = {"globals": list(encoder.tokenize(wav))}
+    if transcript is not None:
+        from pipecat_veena.codecs.bicodec.semantic import SemanticTokenizer
+
+        semantic = SemanticTokenizer.from_pretrained(layout.codec_dir, layout.wav2vec2_dir)
+        entry.update(semantic=list(semantic.tokenize(wav)), transcript=transcript)
+    codes = entry["globals"]
+    data.setdefault("enrolled", {})[key] = entry
     write_voices_file(path, data)
     return codes
 
