@@ -18,8 +18,10 @@ from pipecat.frames.frames import ErrorFrame, Frame, StartFrame, TTSAudioRawFram
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 from pipecat.transcriptions.language import Language
+from pipecat.utils.tracing.service_decorators import traced_tts
 from pipecat.utils.types import NOT_GIVEN, NotGiven
 
+from pipecat_veena import tracing
 from pipecat_veena.audio import ProgressiveFramer
 from pipecat_veena.engine import check_level, voice_with_levels
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError, VeenaError
@@ -282,8 +284,13 @@ class VeenaTTSService(TTSService):
         await super().tts_process_generator(context_id, generator)
         self._is_yielding_frames_synchronously = True
 
+    @traced_tts
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """Speak one aggregated text (usually a sentence) as audio frames of ``context_id``.
+
+        Traced as Pipecat's own TTS services are (``PipelineTask(enable_tracing=True)``): the
+        turn's ``tts`` span, with the engine's ``veena.utterance`` spans (or, over
+        ``RemoteVeenaEngine``, the server's) as its children.
 
         Args:
             text: the text to speak.
@@ -299,8 +306,11 @@ class VeenaTTSService(TTSService):
         timeline = self._timelines.setdefault(context_id, _Timeline())
         offset = timeline.seconds  # where this utterance starts in its context's audio
         try:
-            stream = self._engine.stream(
-                text, self._voice_name(), request_id=context_id, **self._options()
+            stream = tracing.traced(
+                self._tts_span(context_id),
+                self._engine.stream(
+                    text, self._voice_name(), request_id=context_id, **self._options()
+                ),
             )
             async with aclosing(stream) as chunks:
                 async for chunk in chunks:
@@ -335,6 +345,13 @@ class VeenaTTSService(TTSService):
                 await self.stop_ttfb_metrics()
             else:
                 await self.cancel_ttfb_metrics()
+
+    def _tts_span(self, context_id: str) -> Any:
+        """Pipecat's open ``tts`` span of ``context_id`` (``@traced_tts``), or None."""
+        if not self._tracing_enabled:
+            return None
+        entry = getattr(self, "_tts_spans", {}).get(context_id)
+        return entry["span"] if entry else None
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         """Abort the engine requests of an interrupted context.

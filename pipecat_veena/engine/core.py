@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from pipecat_veena import tracing
 from pipecat_veena.codecs.base import AudioCodec
 from pipecat_veena.engine.checkpoint import WAV2VEC2_DIR, CheckpointLayout, detect_layout
 from pipecat_veena.engine.config import EngineConfig
@@ -630,14 +631,23 @@ class VeenaEngine:
             return
         rid = f"{request_id or 'tts'}-{uuid.uuid4().hex[:12]}"
         request = Utterance(self._parts, rid, voice_obj, options, max_tokens, language=language)
+        request.trace = tracing.utterance(
+            rid, voice_obj.name, self.model_name, len(text), len(parts)
+        )
         self._inflight[rid] = request
         self._requests += 1
+        failure: BaseException | None = None
         try:
             async with aclosing(request.run(parts)) as chunks:
                 async for chunk in chunks:
                     yield chunk
+        except BaseException as e:
+            failure = e
+            raise
         finally:
             del self._inflight[rid]
+            if request.trace is not None:
+                request.end_trace(failure)
 
     def _model_texts(self, fmt: ModelFormat, text: str, spoken: bool, language: str) -> list[Part]:
         """The model's parts for ``text``.

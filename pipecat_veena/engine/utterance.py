@@ -30,6 +30,7 @@ from pipecat_veena.interface import AudioChunk
 from pipecat_veena.streaming import StreamConfig, StreamDecoder, should_hurry
 from pipecat_veena.text import Part
 from pipecat_veena.timing import WordTiming, align_words
+from pipecat_veena.tracing import UtteranceTrace
 
 #: A code stream periodic over this many seconds is a loop; periods up to LOOP_PERIOD_S count.
 LOOP_WINDOW_S = 3.0
@@ -109,6 +110,7 @@ class Utterance:
         self.last_chunk_s = 0.0
         self.llm_request_id: str | None = None
         self.started = time.perf_counter()
+        self.trace: UtteranceTrace | None = None  # set by the engine when traced
         self.guard = RepetitionGuard(
             window=round(LOOP_WINDOW_S * self.rate), max_period=round(LOOP_PERIOD_S * self.rate)
         )
@@ -133,6 +135,8 @@ class Utterance:
             if self.aborted:
                 break
             self._end_part(part, cut=self.guard.tripped or self.capped and not capped)
+            if self.trace is not None:
+                self.trace.part(index, self.tokens, self.samples / self.codec.sample_rate)
             if self.guard.tripped:
                 break
         if self.aborted:
@@ -187,6 +191,8 @@ class Utterance:
     async def _run_part(self, index: int, text: str) -> AsyncIterator[AudioChunk]:
         prompt, options, parser = self._part_request(index, text)
         self.prompt_tokens += len(prompt)
+        if self.trace is not None:
+            self.trace.prompt(index, len(prompt), len(text))
         generator = self.shared.generator
         reason = None
         self.llm_request_id = request_id = f"{self.rid}-{index}"
@@ -222,6 +228,8 @@ class Utterance:
         self.tokens += len(delta.token_ids)
         if self.first_token_at is None and delta.token_ids:
             self.first_token_at = time.perf_counter()
+            if self.trace is not None:
+                self.trace.first_token()
         codes = parser.feed(delta.token_ids)
         if self.decoder is None and self._voice_known(parser):
             self.decoder = StreamDecoder(
@@ -274,6 +282,19 @@ class Utterance:
         if self.llm_request_id is not None:
             await self.shared.generator.abort(self.llm_request_id)
 
+    def end_trace(self, error: BaseException | None) -> None:
+        """Close this utterance's span: cancelled (closed, cancelled or aborted) or failed."""
+        stopped = isinstance(error, GeneratorExit | asyncio.CancelledError)
+        failure = self.error or (None if stopped else error)
+        self.trace.end(
+            tokens=self.tokens,
+            prompt_tokens=self.prompt_tokens,
+            audio_s=self.samples / self.codec.sample_rate,
+            cut=self.cut,
+            cancelled=(self.aborted or stopped) and failure is None,
+            error=failure,
+        )
+
     def _voice_known(self, parser: Any) -> bool:
         """True once the stream's voice is known (BiCodec: after its globals)."""
         if self.fmt.family != "bicodec":
@@ -306,6 +327,8 @@ class Utterance:
         self.last_chunk_s = len(samples) / self.codec.sample_rate
         if len(samples) == 0:
             return None
+        if self.trace is not None:
+            self.trace.chunk(self.samples / self.codec.sample_rate)
         self.samples += len(samples)
         if self.first_audio_at is None:
             self.first_audio_at = time.monotonic()

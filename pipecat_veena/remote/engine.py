@@ -28,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from loguru import logger
 
+from pipecat_veena import tracing
 from pipecat_veena.engine import Voice, VoiceBook, check_voice_name
 from pipecat_veena.errors import (
     EngineNotRunningError,
@@ -277,6 +278,7 @@ class RemoteVeenaEngine:
         prefix = _UNSAFE_ID.sub("_", request_id or "tts")[:_ID_PREFIX]
         self._requests += 1
         handover_until = time.monotonic() + self.connect_timeout_s
+        trace = tracing.traceparent()  # the server's spans continue the caller's trace
         attempt = handovers = failures = 0
         while True:
             uid = f"{prefix}-{next(self._ids)}"
@@ -285,7 +287,9 @@ class RemoteVeenaEngine:
             pending = link.add(uid)
             audio = False
             try:
-                await link.speak(Speak(id=uid, text=text, voice=voice, options=options))
+                await link.speak(
+                    Speak(id=uid, text=text, voice=voice, options=options, traceparent=trace)
+                )
                 log.debug(f"{self}: {uid} sent to {link.shown}")
                 while not isinstance(item := await self._next(pending, uid), End):
                     audio = True

@@ -219,6 +219,7 @@ async def speech(request: Request) -> Response:
         run = SpeechRun(
             server, api="http", key=key, voice=voice, options=req.options,
             out_rate=req.sample_rate, cancel=lambda code: None, client=client_address(request),
+            traceparent=request.headers.get("traceparent"),
         )  # fmt: skip
     except ProtocolError as e:
         if e.code != ErrorCode.UNAUTHORIZED:

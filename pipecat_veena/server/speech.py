@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from pipecat_veena import tracing
 from pipecat_veena.audio import BYTES_PER_SAMPLE
 from pipecat_veena.logs import log_failure
 from pipecat_veena.remote.protocol import ErrorCode, ProtocolError, code_for
@@ -37,6 +38,8 @@ class SpeechRun:
         whole_text: True when all the text was known at the start (its real-time factor is
             then a property of the engine, not of the client's typing speed).
         client_id: the client's id of the utterance (a WebSocket ``speak`` id), if it gave one.
+        traceparent: the caller's W3C trace context (``speak.traceparent``, the HTTP header):
+            the utterance's ``veena.speech`` span continues that trace (with OpenTelemetry).
 
     Raises:
         ProtocolError: ``too_many_streams``.
@@ -55,6 +58,7 @@ class SpeechRun:
         whole_text: bool = True,
         client: str | None = None,
         client_id: str | None = None,
+        traceparent: str | None = None,
     ) -> None:
         # the resampler first: a slot is taken only once nothing else here can fail
         self.resampler = StreamResampler(server.engine.sample_rate, out_rate)
@@ -88,6 +92,10 @@ class SpeechRun:
         self.closed = False
         server.metrics.active_streams.labels(api).inc()
         server.register(self)
+        self.span = tracing.server_span(
+            traceparent,
+            {"veena.api": api, "veena.voice": voice, **self.log_context},
+        )
 
     async def segment(self, text: str) -> AsyncIterator[bytes]:
         """Speak one piece of text; yields PCM at ``out_rate`` as the engine decodes it.
@@ -96,8 +104,9 @@ class SpeechRun:
         """
         base = self.tokens
         self.speakable = self.speakable or self.server.speakable(text)
-        stream = self.server.engine.stream(
-            text, self.voice, request_id=self.request_id, **self.options
+        stream = tracing.traced(
+            self.span,
+            self.server.engine.stream(text, self.voice, request_id=self.request_id, **self.options),
         )
         async with aclosing(stream) as chunks:
             async for chunk in chunks:
@@ -185,6 +194,17 @@ class SpeechRun:
         if self.first_audio_at is not None:
             metrics.time_to_first_audio.labels(self.api).observe(self.ttfa_ms / 1000)
         metrics.tokens.labels(self.api).inc(self.tokens)
+        tracing.end_span(
+            self.span,
+            {
+                "veena.outcome": outcome,
+                "veena.tokens": self.tokens,
+                "veena.audio_seconds": self.audio_seconds,
+                "veena.ttfa_seconds": None if self.ttfa_ms is None else self.ttfa_ms / 1000,
+                "veena.queue_seconds": self.queue_s,
+                "veena.cut": self.cut,
+            },
+        )
         logger.bind(**self.log_context).debug(
             f"speech server: {self.request_id} {outcome}: {self.audio_seconds:.2f} s audio, "
             f"{self.tokens} tokens, first audio after "

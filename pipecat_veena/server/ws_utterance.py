@@ -68,6 +68,7 @@ class WsUtterance:
             cancel=self._on_drain,
             whole_text=msg.final,
             client_id=msg.id,
+            traceparent=msg.traceparent,
         )
         self.texts: asyncio.Queue[str | None] = asyncio.Queue()
         self.pending = ""

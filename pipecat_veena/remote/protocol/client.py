@@ -18,6 +18,8 @@ SAMPLE_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
 #: Utterance ids: 1-64 characters of A-Z a-z 0-9 . _ : -
 MAX_ID_LENGTH = 64
 _ID = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
+#: A W3C trace context (``speak.traceparent``): version 00, trace id, parent span id, flags.
+_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 #: Sampling options of ``speak`` and the JSON types each accepts.
 OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "temperature": (int, float),
@@ -41,6 +43,7 @@ class Speak:
     options: dict[str, Any] = field(default_factory=dict)
     sample_rate: int | None = None
     final: bool = True
+    traceparent: str | None = None
     type: str = "speak"
 
 
@@ -87,6 +90,7 @@ _FIELDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "options": ((dict, type(None)), False),
         "sample_rate": ((int, type(None)), False),
         "final": ((bool,), False),
+        "traceparent": ((str, type(None)), False),
     },
     "append": {"text": ((str,), True)},
     "flush": {},
@@ -120,7 +124,7 @@ def check_unicode(value: str, what: str, ref: str | None = None) -> None:
 
 #: Fields added after protocol 1 shipped, left out while null so that clients from before them
 #: (which refused unknown fields) still read every message that does not use them.
-_OMITTED_WHEN_NULL = ("warning",)
+_OMITTED_WHEN_NULL = ("warning", "traceparent")
 
 
 def to_json(message: Any) -> str:
@@ -227,6 +231,14 @@ def _parse(data: Any) -> ClientMessage:
         rate = fields.get("sample_rate")
         if rate is not None:
             check_sample_rate(rate, "speak: 'sample_rate'", uid)
+        trace = fields.get("traceparent")
+        if trace is not None and not _TRACEPARENT.fullmatch(trace):
+            raise ProtocolError(
+                ErrorCode.BAD_MESSAGE,
+                f"speak: 'traceparent' must be a W3C trace context "
+                f"'00-<32 hex>-<16 hex>-<2 hex>' (lowercase), got {trace!r:.80}",
+                uid,
+            )
     return _CLIENT_TYPES[kind](**fields)
 
 
