@@ -177,9 +177,12 @@ async def test_hindi_text_streams_into_the_page(chromium, real):
         assert await page.inner_text("#ttfa") == shown_ms(u["firstSoundMs"])
         if u["underruns"] and u["rtf"] > 1:  # a busy machine: spark-tiny is already in use
             assert "busy" in hint and "--model" not in hint
-        # The engine's word timings came with the audio, and each word was highlighted in turn.
+        # The engine's word timings came with the audio, and the words were highlighted in turn
+        # up to the last (on a machine slower than real time a word's timing may come after its
+        # audio played: it is then never highlighted).
         assert [w["word"] for w in u["words"]] == HINDI.split()
-        assert [h["index"] for h in u["highlights"] if h["index"] >= 0] == list(range(4))
+        shown = [h["index"] for h in u["highlights"] if h["index"] >= 0]
+        assert shown == sorted(set(shown)) and shown[-1] == len(u["words"]) - 1
         assert browser_page.blocked == [] and console_errors(browser_page) == []
     await settled(engine, server)
 
