@@ -325,6 +325,7 @@ async def test_remote_engine_reports_the_in_process_words_to_pipecat_and_livekit
     """Over the server (real sockets, real engine) RemoteVeenaEngine times words as the engine
     does in-process: the same words with the same times, and VeenaTTSService and LiveKit's
     VeenaTTS over it report them word by word, as they do over the in-process engine."""
+    from livekit.agents import APIConnectOptions
     from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 
     from pipecat_veena.livekit import VeenaTTS
@@ -332,7 +333,7 @@ async def test_remote_engine_reports_the_in_process_words_to_pipecat_and_livekit
     engine, recorder, server = real
     words_of = _WordRecorder(engine)
     async with serve_app(create_app(words_of, owns_engine=False)) as url:
-        async with RemoteVeenaEngine(url) as remote:
+        async with RemoteVeenaEngine(url, response_timeout_s=300) as remote:  # (slow machine)
             assert remote.times_words
             chunks = [c async for c in remote.stream(WORDS_TEXT, seed=5)]
             (served,) = words_of.words.values()
@@ -357,7 +358,8 @@ async def test_remote_engine_reports_the_in_process_words_to_pipecat_and_livekit
 
             tts = VeenaTTS(remote, seed=5)
             assert tts.capabilities.aligned_transcript
-            async with tts.stream() as stream:
+            patient = APIConnectOptions(timeout=300)  # (a shared test machine can be slow)
+            async with tts.stream(conn_options=patient) as stream:
                 stream.push_text(WORDS_TEXT)
                 stream.flush()
                 frames = [ev async for ev in stream]
