@@ -337,10 +337,11 @@ async def test_underruns_are_counted_and_every_sample_plays(chromium):
 
 
 async def test_the_word_being_played_is_highlighted_in_time_with_playback(chromium):
-    """All the audio and its word timings arrive at once; the page highlights each word when
-    the player plays its start (the player's own count of samples played), not on arrival."""
+    """Audio and word timings arrive faster than they play (the words while the first plays);
+    the page highlights each word when the player plays its start (the player's own count of
+    samples played), not when it arrives."""
     text, word_s = "one two three four five", 0.4
-    engine = FakeSpeechEngine(chunks=5, chunk_samples=round(word_s * RATE), words=True)
+    engine = FakeSpeechEngine(chunks=5, chunk_samples=round(word_s * RATE), words=True, delay=0.1)
     async with serving(engine) as server, open_page(chromium) as browser_page:
         page = browser_page.page
         await open_playground(page, server.url)

@@ -550,8 +550,7 @@ function showTranscript(u) {
   parts.push(document.createTextNode(u.text.slice(at)));
   $("transcript").replaceChildren(...parts);
   $("transcript").hidden = false;
-  u.current = -1;
-  followWords();
+  followWords(true);
 }
 
 // Seconds of the utterance the listener hears now: where the player's last report put sample
@@ -570,8 +569,9 @@ function heardSeconds(u) {
   return samples / u.sampleRate;
 }
 
-// Highlight the word being played (the last one whose start was heard) and dim those before.
-function followWords() {
+// Highlight the word being played (the last one whose start was heard) and dim those before
+// (`redraw`: the spans are new, mark them even if the word is the same).
+function followWords(redraw = false) {
   const u = page.utterance;
   if (!u || !u.words.length) return;
   const over = u.playback === "drained" || u.playback === "stopped";
@@ -580,9 +580,9 @@ function followWords() {
   if (!over && u.played > 0) {
     for (let i = 0; i < u.words.length && u.words[i].start <= heard; i++) current = i;
   }
-  if (current === u.current) return;
+  if (current === u.current && !redraw) return;
+  if (current !== u.current) u.highlights.push({ index: current, heard, played: u.played });
   u.current = current;
-  u.highlights.push({ index: current, heard, played: u.played });
   for (const span of $("transcript").querySelectorAll(".word")) {
     const i = Number(span.dataset.index);
     span.classList.toggle("current", i === current);
