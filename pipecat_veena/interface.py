@@ -38,7 +38,8 @@ class AudioChunk:
     """A piece of one utterance's audio.
 
     Attributes:
-        pcm: mono little-endian int16 samples.
+        pcm: mono little-endian int16 samples (empty on a chunk that only carries ``words``:
+            ``RemoteVeenaEngine`` gets them in a message of their own, after their audio).
         sample_rate: their rate (the codec's: 16 kHz BiCodec, 24 kHz SNAC).
         tokens: LLM tokens generated in the request up to this chunk.
         prompt_tokens: prompt tokens of the request's LLM calls up to this chunk.

@@ -81,13 +81,14 @@ class VeenaTTSService(TTSService):
     ``TOKEN`` mode is refused.
 
     Words: by default (``word_timestamps=True``), over an engine that times words
-    (``engine.times_words``: the in-process engine and ``EngineThread``), the service reports
+    (``engine.times_words``: the in-process engine, ``EngineThread``, and ``RemoteVeenaEngine``
+    over a server that times them), the service reports
     every written word with its estimated start through Pipecat's word-timestamp path
     (``push_text_frames=False``, ``add_word_timestamps``). The transport then releases each
     word as its audio plays, so an interrupted turn leaves the words heard so far in the
     assistant's context, not the whole sentence nor nothing. Otherwise (``word_timestamps=False``,
-    or over ``RemoteVeenaEngine``) the base class pushes one ``TTSTextFrame`` per sentence after its
-    audio.
+    or over an engine that does not time words) the base class pushes one ``TTSTextFrame`` per
+    sentence after its audio.
 
     Example::
 

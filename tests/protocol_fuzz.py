@@ -86,7 +86,7 @@ def ws_cases(rng: random.Random, count: int) -> list[str | bytes]:
                 "type": "speak",
                 "id": "f",
                 "text": "Hi",
-                rng.choice(["voice", "options", "sample_rate", "final"]): rng.choice(
+                rng.choice(["voice", "options", "sample_rate", "final", "words"]): rng.choice(
                     [[1], {"a": [1]}, "nope", 1.5]
                 ),
             }

@@ -19,8 +19,10 @@ from websockets.asyncio.client import connect
 from pipecat_veena.engine import AudioChunk, Voice, VoiceBook
 from pipecat_veena.errors import EngineNotRunningError, GenerationError
 from pipecat_veena.generation import SamplingOptions
+from pipecat_veena.interface import WordTiming
 from pipecat_veena.remote.protocol import AudioFrame, decode_audio_frame, parse_server_message
 from pipecat_veena.server import ServerHandle, ServerSettings, create_app
+from pipecat_veena.timing import split_words
 
 RATE = 16000
 #: Bytes of one fake chunk (1600 int16 samples: 0.1 s).
@@ -34,6 +36,8 @@ class FakeSpeechEngine:
     speaking until closed. The first ``failures`` streams raise ``error`` just before chunk
     ``fail_at`` (0: before any audio). Open streams are tracked (``open``, ``stats()``), and
     every call is recorded (``calls``), so tests can see that closing a stream closed it here.
+    With ``words`` it times words (``times_words``): chunk i carries the text's word i, timed
+    to fill that chunk exactly (its end is the chunk's last sample).
     """
 
     model_name = "fake-veena"
@@ -49,8 +53,10 @@ class FakeSpeechEngine:
         fail_at: int | None = None,
         failures: int = 1,
         error: Exception | None = None,
+        words: bool = False,
     ) -> None:
         self.chunks, self.chunk_samples = chunks, chunk_samples
+        self.times_words = words
         self.delay, self.endless = delay, endless
         self.fail_at, self.failures = fail_at, failures
         self.error = error or GenerationError("injected: the LLM request failed")
@@ -114,8 +120,12 @@ class FakeSpeechEngine:
                 await asyncio.sleep(self.delay)
                 t = np.arange(i * self.chunk_samples, (i + 1) * self.chunk_samples) / RATE
                 pcm = (8000 * np.sin(2 * np.pi * 220 * t)).astype("<i2").tobytes()
+                words = ()
+                if self.times_words and i < len(spans := split_words(text)):
+                    (a, b), seconds = spans[i], self.chunk_samples / RATE
+                    words = (WordTiming(text[a:b], i * seconds, (i + 1) * seconds, a),)
                 i += 1
-                yield AudioChunk(pcm, RATE, tokens=10 * i)
+                yield AudioChunk(pcm, RATE, tokens=10 * i, words=words)
         finally:
             self.open.discard(rid)
             self.closed_streams += 1

@@ -177,6 +177,12 @@ async def test_hindi_text_streams_into_the_page(chromium, real):
         assert await page.inner_text("#ttfa") == shown_ms(u["firstSoundMs"])
         if u["underruns"] and u["rtf"] > 1:  # a busy machine: spark-tiny is already in use
             assert "busy" in hint and "--model" not in hint
+        # The engine's word timings came with the audio, and the words were highlighted in turn
+        # up to the last (on a machine slower than real time a word's timing may come after its
+        # audio played: it is then never highlighted).
+        assert [w["word"] for w in u["words"]] == HINDI.split()
+        shown = [h["index"] for h in u["highlights"] if h["index"] >= 0]
+        assert shown == sorted(set(shown)) and shown[-1] == len(u["words"]) - 1
         assert browser_page.blocked == [] and console_errors(browser_page) == []
     await settled(engine, server)
 
@@ -328,6 +334,45 @@ async def test_underruns_are_counted_and_every_sample_plays(chromium):
         assert u["underruns"] >= 1
         assert await page.inner_text("#underruns") == str(u["underruns"])
         assert u["samples"] == u["played"] == 4 * RATE // 10
+
+
+async def test_the_word_being_played_is_highlighted_in_time_with_playback(chromium):
+    """Audio and word timings arrive faster than they play (the words while the first plays);
+    the page highlights each word when the player plays its start (the player's own count of
+    samples played), not when it arrives."""
+    text, word_s = "one two three four five", 0.4
+    engine = FakeSpeechEngine(chunks=5, chunk_samples=round(word_s * RATE), words=True, delay=0.1)
+    async with serving(engine) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        await speak(page, text)
+        await page.wait_for_function("() => window.playground.utterance !== null")
+        seen = []  # (highlighted word in the page, its index, samples the player had played)
+        while True:
+            now = await page.evaluate(
+                """() => { const u = window.playground.utterance;
+                           const span = document.querySelector('#transcript .current');
+                           return [span && span.textContent, u.current, u.played, u.playback,
+                                   u.state]; }"""
+            )
+            seen.append(now[:3])
+            if now[3] in ("drained", "stopped") or now[4] == "failed":
+                break
+            await asyncio.sleep(0.02)
+        u = await wait_for_end(page, within=10)
+    words = u["words"]
+    assert [w["word"] for w in words] == text.split()
+    assert [w["start"] for w in words] == pytest.approx([0.0, 0.4, 0.8, 1.2, 1.6])
+    assert [h["index"] for h in u["highlights"]] == [0, 1, 2, 3, 4, -1]
+    for change in u["highlights"][:-1]:  # highlighted once its start played, and not late
+        played_s = change["played"] / RATE
+        start = words[change["index"]]["start"]
+        assert start - 0.05 <= played_s <= start + 0.3, (change, start)
+    for span, index, played in seen:
+        if index >= 0:
+            assert span == words[index]["word"]
+            assert words[index]["start"] - 0.05 <= played / RATE
+    assert [index for _, index, _ in seen if index >= 0]  # (polls may miss a word: load)
 
 
 # -- what the page says (fake engines, no vLLM) ----------------------------------------------

@@ -22,6 +22,7 @@ from pipecat_veena.errors import (
 )
 from pipecat_veena.generation import SamplingOptions
 from pipecat_veena.generation.base import MAX_SEED, MAX_TOP_K
+from pipecat_veena.interface import WordTiming
 from pipecat_veena.remote import RemoteVeenaEngine
 from pipecat_veena.remote.protocol import (
     Append,
@@ -33,6 +34,7 @@ from pipecat_veena.remote.protocol import (
     GoAway,
     ProtocolError,
     Speak,
+    Words,
     code_for,
     decode_audio_frame,
     encode_audio_frame,
@@ -97,6 +99,8 @@ def test_every_client_message_parses():
          "unknown field"),
         ('{"type": "append", "id": "u"}', ErrorCode.BAD_MESSAGE, "'text' is missing"),
         ('{"type": "cancel", "id": "u", "text": "x"}', ErrorCode.BAD_MESSAGE, "unknown field"),
+        ('{"type": "speak", "id": "u", "text": "x", "words": "yes"}', ErrorCode.BAD_MESSAGE,
+         "'words' must be bool"),
     ],
 )  # fmt: skip
 def test_bad_messages_name_the_problem(raw, code, words):
@@ -211,6 +215,24 @@ def test_server_messages_round_trip():
     for broken in ('{"type": "done", "id": "u"}', '{"id": "u"}', "[1]", "not json"):
         with pytest.raises(ProtocolError):  # a known message missing fields, no type, not JSON
             parse_server_message(broken)
+
+
+def test_word_timings_on_the_wire():
+    """``words`` is asked for with ``speak``'s ``words`` (left out of the JSON unless set: a
+    server from before it refuses the field); the ``words`` message carries WordTimings."""
+    assert _parse(type="speak", id="u", text="Hi", words=True) == Speak("u", "Hi", words=True)
+    assert "words" not in to_json(Speak("u", "Hi"))
+    assert json.loads(to_json(Speak("u", "Hi", words=True)))["words"] is True
+    timings = (WordTiming("₹1,250", 0.0, 0.61234567, 0), WordTiming("है।", 0.6123, 0.9, 7))
+    message = parse_server_message(to_json(Words.of("u", timings)))
+    assert message.type == "words" and message.estimated and message.id == "u"
+    assert message.timings() == (
+        WordTiming("₹1,250", 0.0, 0.6123, 0), WordTiming("है।", 0.6123, 0.9, 7)
+    )  # fmt: skip
+    for broken in ([{"word": "a", "start": 0}], [["a", 0, 1, 0]], "a",
+                   [{"word": "a", "start": "0", "end": 1, "offset": 0}]):  # fmt: skip
+        with pytest.raises(ProtocolError, match="word"):
+            parse_server_message(json.dumps({"type": "words", "id": "u", "words": broken}))
 
 
 def test_clients_read_server_messages_forward_compatibly():

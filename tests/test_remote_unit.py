@@ -100,6 +100,28 @@ async def test_the_speech_engine_surface():
             await _speak(engine)
 
 
+async def test_word_timings_ride_the_chunks_when_the_server_times_words():
+    """A server that times words (``ready.words``) gets ``"words": true`` and its ``words``
+    messages come back as chunks with ``words`` (empty PCM: after their audio); a server that
+    does not gets no such field (servers from before it refuse unknown fields)."""
+    text = "one two three"
+    for times in (True, False):
+        fake = FakeSpeechEngine(chunks=3, words=times)
+        async with serving(fake) as server, RemoteVeenaEngine(server.url) as engine:
+            assert engine.times_words is times
+            chunks = [c async for c in engine.stream(text)]
+        pcm = [c for c in chunks if c.pcm]
+        assert len(pcm) == 3 and not [c for c in pcm if c.words]
+        words = [w for c in chunks for w in c.words]
+        assert [(w.word, w.offset) for w in words] == ([("one", 0), ("two", 4), ("three", 8)]
+                                                       if times else [])  # fmt: skip
+        heard = 0.0
+        for chunk in chunks:  # each word after the audio that covers its end
+            heard += chunk.duration
+            assert all(w.end <= heard + 1e-9 for w in chunk.words)
+    assert not RemoteVeenaEngine("ws://127.0.0.1:9").times_words  # unknown before start()
+
+
 async def test_closing_or_aborting_a_stream_cancels_it_on_the_server():
     fake = FakeSpeechEngine(endless=True, delay=0.01)
     async with serving(fake) as server, RemoteVeenaEngine(server.url) as engine:

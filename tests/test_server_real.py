@@ -32,6 +32,7 @@ from pipecat.frames.frames import (
     InterruptionFrame,
     TTSAudioRawFrame,
     TTSSpeakFrame,
+    TTSTextFrame,
 )
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
@@ -45,10 +46,11 @@ from server_fakes import (
     send_invalid_utf8,
     until_ready,
 )
-from servers import assert_ended, kill_leftovers
+from servers import assert_ended, kill_leftovers, serve_app
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.errors import GenerationError
+from pipecat_veena.interface import WordTiming
 from pipecat_veena.remote import RemoteVeenaEngine
 from pipecat_veena.remote.protocol import CLOSE_GOING_AWAY, AudioFrame, ErrorCode, GoAway
 from pipecat_veena.server import ServerHandle, create_app
@@ -170,7 +172,21 @@ async def test_openai_python_client_streams_pcm_and_sse(real):
         rid = response.headers["x-request-id"]
     events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
     assert events[-1]["type"] == "speech.audio.done" and events[-1]["usage"]["output_tokens"] > 0
-    audio = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    assert {e["type"] for e in events} == {
+        "speech.audio.delta",
+        "speech.words",
+        "speech.audio.done",
+    }
+    audio, words = b"", []
+    for event in events:  # our speech.words events: each after the audio covering its words
+        if event["type"] == "speech.audio.delta":
+            audio += base64.b64decode(event["audio"])
+        elif event["type"] == "speech.words":
+            assert event["estimated"] is True
+            assert all(w["end"] <= len(audio) / 2 / 24000 + 1e-4 for w in event["words"])
+            words += event["words"]
+    assert [w["word"] for w in words] == "And now as events.".split()
+    assert [w["offset"] for w in words] == [0, 4, 8, 11]
     native = _samples_of(engine, recorder, _requests_of(recorder, rid))
     assert abs(len(audio) // 2 - native * 3 // 2) <= 2
     async with client.audio.speech.with_streaming_response.create(
@@ -281,6 +297,79 @@ async def test_remote_engine_under_livekit_veena_tts(real):
         native = _samples_of(engine, recorder, set(recorder.outputs) - before)
         assert frame.sample_rate == engine.sample_rate and frame.samples_per_channel == native > 0
         assert tts.model == engine.model_name
+    await _settled(engine, server)
+
+
+class _WordRecorder:
+    """The real engine, recording the words its streams' chunks carry (by request id)."""
+
+    def __init__(self, inner: VeenaEngine) -> None:
+        self.inner = inner
+        self.words: dict[str, list[WordTiming]] = {}
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def stream(self, text, voice=None, *, request_id=None, **kwargs):
+        words = self.words.setdefault(request_id, [])
+        async with aclosing(self.inner.stream(text, voice, request_id=request_id, **kwargs)) as c:
+            async for chunk in c:
+                words += chunk.words
+                yield chunk
+
+
+WORDS_TEXT = "Your OTP is 4821. आपका बिल ₹1,250 है।"
+
+
+async def test_remote_engine_reports_the_in_process_words_to_pipecat_and_livekit(real):
+    """Over the server (real sockets, real engine) RemoteVeenaEngine times words as the engine
+    does in-process: the same words with the same times, and VeenaTTSService and LiveKit's
+    VeenaTTS over it report them word by word, as they do over the in-process engine."""
+    from livekit.agents import APIConnectOptions
+    from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
+
+    from pipecat_veena.livekit import VeenaTTS
+
+    engine, recorder, server = real
+    words_of = _WordRecorder(engine)
+    async with serve_app(create_app(words_of, owns_engine=False)) as url:
+        async with RemoteVeenaEngine(url, response_timeout_s=300) as remote:  # (slow machine)
+            assert remote.times_words
+            chunks = [c async for c in remote.stream(WORDS_TEXT, seed=5)]
+            (served,) = words_of.words.values()
+            got = [w for c in chunks for w in c.words]
+            assert [(w.word, w.offset) for w in got] == [(w.word, w.offset) for w in served]
+            assert [w.word for w in got] == WORDS_TEXT.split()
+            for mine, theirs in zip(got, served, strict=True):  # (the wire keeps 0.1 ms)
+                assert (mine.start, mine.end) == pytest.approx((theirs.start, theirs.end), abs=1e-4)
+            local = [w async for c in engine.stream(WORDS_TEXT, seed=5) for w in c.words]
+            assert [(w.word, w.offset) for w in local] == [(w.word, w.offset) for w in got]
+
+            said = {}
+            for name, tts_engine in (("in-process", engine), ("remote", remote)):
+                down, up = await run_test(
+                    VeenaTTSService(tts_engine, seed=5),
+                    frames_to_send=[TTSSpeakFrame(WORDS_TEXT)],
+                    pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+                )
+                assert not [f for f in up if isinstance(f, ErrorFrame)]
+                said[name] = [f.text.strip() for f in down if isinstance(f, TTSTextFrame)]
+            assert said["remote"] == said["in-process"] == WORDS_TEXT.split()
+
+            tts = VeenaTTS(remote, seed=5)
+            assert tts.capabilities.aligned_transcript
+            patient = APIConnectOptions(timeout=300)  # (a shared test machine can be slow)
+            async with tts.stream(conn_options=patient) as stream:
+                stream.push_text(WORDS_TEXT)
+                stream.flush()
+                frames = [ev async for ev in stream]
+            seconds, timed = 0.0, []
+            for ev in frames:
+                seconds += ev.frame.duration
+                for word in ev.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, []):
+                    assert word.end_time <= seconds + 0.011, f"{word!r} came before its audio"
+                    timed.append(word.strip())
+            assert timed == WORDS_TEXT.split()
     await _settled(engine, server)
 
 

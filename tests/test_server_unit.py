@@ -16,7 +16,7 @@ import pytest
 from decoded import decoded_samples
 from server_fakes import CHUNK_BYTES, RATE, FakeSpeechEngine, RawClient, pcm_of, serving, until
 
-from pipecat_veena.remote.protocol import CLOSE_GOING_AWAY, AudioFrame, ErrorCode, GoAway
+from pipecat_veena.remote.protocol import CLOSE_GOING_AWAY, AudioFrame, ErrorCode, GoAway, Words
 from pipecat_veena.server import ServerSettings
 
 
@@ -54,6 +54,72 @@ async def test_ready_speak_done_and_rates():
         await client.send({"type": "speak", "id": "u2", "text": "Slow.", "sample_rate": 8000})
         frames, done = await client.until_end("u2")
         assert abs(len(pcm_of(frames)) // 2 - 3 * 1600 // 2) <= 2 and done.sample_rate == 8000
+
+
+async def _until_end(client: RawClient, uid: str) -> list:
+    """Every message and frame of ``uid`` up to the one that ended it (included)."""
+    messages = []
+    while True:
+        message = await client.recv()
+        if getattr(message, "id", None) == uid:
+            messages.append(message)
+            if getattr(message, "type", None) == "done" or getattr(message, "ended", False):
+                return messages
+
+
+def _heard_words(messages: list, rate: int) -> list:
+    """The words of ``words`` messages, each checked to follow the audio covering its end."""
+    heard, words = 0.0, []
+    for message in messages:
+        if isinstance(message, AudioFrame):
+            heard += len(message.pcm) / 2 / rate
+        elif isinstance(message, Words):
+            assert message.estimated
+            for word in message.timings():
+                assert word.end <= heard + 1e-9, f"{word} came ahead of its audio ({heard} s)"
+                words.append(word)
+    return words
+
+
+async def test_word_timings_for_a_speak_that_asks_after_their_audio_and_nothing_new_otherwise():
+    """docs/protocol.md, ``words``: only a speak with ``"words": true`` gets them (a client of
+    before them gets the same messages as ever), each message after the audio covering its
+    words' ends (at 8 kHz the resampler holds 4 ms back: the chunk's last word waits), in the
+    utterance's time and text also when it came in pieces."""
+    text = "one two three four"
+    async with serving(FakeSpeechEngine(words=True)) as server:
+        async with RawClient.connect(server.ws_url) as client:
+            assert client.ready.words is True
+            await client.send({"type": "speak", "id": "old", "text": text})
+            messages = await _until_end(client, "old")
+            assert all(isinstance(m, AudioFrame) for m in messages[:-1])  # as ever: audio, done
+            assert messages[-1].type == "done" and len(messages) == 5
+            for rate in (16000, 8000):
+                uid = f"new-{rate}"
+                await client.send(
+                    {"type": "speak", "id": uid, "text": text, "words": True, "sample_rate": rate}
+                )
+                words = _heard_words(await _until_end(client, uid), rate)
+                assert [(w.word, w.offset) for w in words] == [
+                    ("one", 0), ("two", 4), ("three", 8), ("four", 14)
+                ]  # fmt: skip
+                assert [w.start for w in words] == pytest.approx([0.0, 0.1, 0.2, 0.3])
+            await client.send(
+                {"type": "speak", "id": "inc", "text": "Alpha beta. ", "final": False,
+                 "words": True}
+            )  # fmt: skip
+            await client.send({"type": "append", "id": "inc", "text": "Gamma delta."})
+            await client.send({"type": "end", "id": "inc"})
+            words = _heard_words(await _until_end(client, "inc"), RATE)
+            whole = "Alpha beta. Gamma delta."
+            assert [whole[w.offset : w.offset + len(w.word)] for w in words] == whole.split()
+            assert [w.start for w in words] == pytest.approx([0.0, 0.1, 0.4, 0.5])
+    async with serving(FakeSpeechEngine()) as server:  # an engine that does not time words
+        async with RawClient.connect(server.ws_url) as client:
+            assert client.ready.words is False
+            await client.send({"type": "speak", "id": "u", "text": text, "words": True})
+            messages = await _until_end(client, "u")
+            assert messages[-1].type == "done" and not [m for m in messages if isinstance(m, Words)]
 
 
 async def test_incremental_text_is_spoken_sentence_by_sentence():

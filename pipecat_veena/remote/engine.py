@@ -49,7 +49,14 @@ from pipecat_veena.remote.link import (
     jittered,
     next_delay,
 )
-from pipecat_veena.remote.protocol import STREAM_PATH, ErrorCode, Ready, Speak, check_option_types
+from pipecat_veena.remote.protocol import (
+    STREAM_PATH,
+    ErrorCode,
+    Ready,
+    Speak,
+    Words,
+    check_option_types,
+)
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:\-]")
 #: Longest prefix of a caller's request id kept in utterance ids (ids are at most 64 chars).
@@ -160,8 +167,12 @@ class RemoteVeenaEngine:
 
     @property
     def times_words(self) -> bool:
-        """False: the protocol does not carry word timings yet (chunks have no ``words``)."""
-        return False
+        """True when the server times words (its ``ready`` says so); False before ``start()``.
+
+        Then the chunks carry the server's word timings (``AudioChunk.words``): a chunk with
+        only words (empty ``pcm``) follows the audio that completes them.
+        """
+        return self._info is not None and self._info.words
 
     @property
     def emotion_tags(self) -> tuple[str, ...]:
@@ -286,13 +297,20 @@ class RemoteVeenaEngine:
             link = await self._link_for(attempt)
             pending = link.add(uid)
             audio = False
+            tokens = 0
+            words = True if link.ready is not None and link.ready.words else None
             try:
-                await link.speak(
-                    Speak(id=uid, text=text, voice=voice, options=options, traceparent=trace)
+                speak = Speak(
+                    id=uid, text=text, voice=voice, options=options, traceparent=trace, words=words
                 )
+                await link.speak(speak)
                 log.debug(f"{self}: {uid} sent to {link.shown}")
                 while not isinstance(item := await self._next(pending, uid), End):
                     audio = True
+                    if isinstance(item, Words):  # behind the audio that completes them
+                        yield AudioChunk(b"", self.sample_rate, tokens, words=item.timings())
+                        continue
+                    tokens = item.tokens
                     yield AudioChunk(item.pcm, self.sample_rate, item.tokens)
                 if item.error is None:
                     return

@@ -34,7 +34,9 @@ from pipecat_veena.remote.protocol import (
     GoAway,
     ProtocolError,
     Ready,
+    ServerMessage,
     Speak,
+    Words,
     decode_audio_frame,
     error_for,
     parse_server_message,
@@ -83,16 +85,16 @@ class _Conn:
 
 
 class Pending:
-    """An utterance in flight on a link: its audio frames and its end, in arrival order."""
+    """An utterance in flight on a link: its audio frames, words and end, in arrival order."""
 
     def __init__(self, uid: str) -> None:
         self.uid = uid
         self.finished = False
         self.conn: _Conn | None = None  # the connection its speak went out on
-        self.queue: asyncio.Queue[AudioFrame | End] = asyncio.Queue()
+        self.queue: asyncio.Queue[AudioFrame | Words | End] = asyncio.Queue()
 
-    def put(self, frame: AudioFrame) -> None:
-        """Queue an audio frame (ignored after the end)."""
+    def put(self, frame: AudioFrame | Words) -> None:
+        """Queue an audio frame or word timings (ignored after the end)."""
         if not self.finished:
             self.queue.put_nowait(frame)
 
@@ -253,12 +255,16 @@ class Link:
         finally:
             self._dropped(conn)
 
-    def _on_message(self, conn: _Conn, message: Ready | Done | Error | GoAway | None) -> None:
+    def _on_message(self, conn: _Conn, message: ServerMessage | None) -> None:
         if isinstance(message, GoAway) or (
             isinstance(message, Error) and message.code == ErrorCode.SERVER_DRAINING
         ):
             self._leave(conn)  # (an error too: a server of before goaway says only that)
-        if isinstance(message, Done):
+        if isinstance(message, Words):
+            pending = self.pending.get(message.id)
+            if pending is not None:
+                pending.put(message)
+        elif isinstance(message, Done):
             pending = self.pending.pop(message.id, None)
             if pending is not None:
                 pending.finish()

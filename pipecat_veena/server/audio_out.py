@@ -11,6 +11,8 @@ import struct
 from typing import Any
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE
+from pipecat_veena.interface import WordTiming
+from pipecat_veena.remote.protocol import word_json
 
 #: RIFF and data sizes of a WAV whose length is not known when its header is sent.
 _UNKNOWN_SIZE = 0xFFFFFFFF
@@ -39,6 +41,15 @@ def sse_event(payload: dict[str, Any]) -> bytes:
 def sse_audio_delta(pcm: bytes) -> bytes:
     """OpenAI's ``speech.audio.delta`` event (base64 PCM in ``audio``)."""
     return sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(pcm).decode()})
+
+
+def sse_words(words: list[WordTiming]) -> bytes:
+    """Our ``speech.words`` event (OpenAI's clients skip types they do not know).
+
+    ``words``: as the WebSocket's ``words`` message carries them (``word_json``); estimates.
+    """
+    payload = {"type": "speech.words", "words": [word_json(w) for w in words], "estimated": True}
+    return sse_event(payload)
 
 
 def sse_audio_done(output_tokens: int) -> bytes:

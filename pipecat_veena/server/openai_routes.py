@@ -3,7 +3,8 @@
 Speech streams as it is generated, in any of OpenAI's response formats (``mp3`` by default, as
 OpenAI's; raw ``pcm`` is 24 kHz s16le mono with no header; ``wav``, ``opus``, ``aac``, ``flac``:
 see ``encode``), or with ``stream_format: sse`` as ``speech.audio.delta`` /
-``speech.audio.done`` events carrying the same bytes. The first audio is awaited before the
+``speech.audio.done`` events carrying the same bytes (and ``speech.words``: word timings, after
+the audio that completes them). The first audio is awaited before the
 response starts, so errors up to then still get a proper status code and an OpenAI-shaped body;
 a stream that cannot finish after that is aborted (an incomplete transfer, never a clean end).
 The body is read against its limits: Content-Length first, then its size as it streams, within
@@ -22,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from loguru import logger
 from starlette.requests import ClientDisconnect
 
+from pipecat_veena.audio import BYTES_PER_SAMPLE
 from pipecat_veena.remote.protocol import (
     OPTION_TYPES,
     ErrorCode,
@@ -31,7 +33,7 @@ from pipecat_veena.remote.protocol import (
     check_unicode,
     load_json,
 )
-from pipecat_veena.server.audio_out import sse_audio_delta, sse_audio_done, sse_event
+from pipecat_veena.server.audio_out import sse_audio_delta, sse_audio_done, sse_event, sse_words
 from pipecat_veena.server.encode import AudioFormat, StreamEncoder, check_format
 from pipecat_veena.server.http_stream import (
     AudioPump,
@@ -220,6 +222,7 @@ async def speech(request: Request) -> Response:
             server, api="http", key=key, voice=voice, options=req.options,
             out_rate=req.sample_rate, cancel=lambda code: None, client=client_address(request),
             traceparent=request.headers.get("traceparent"),
+            words=req.stream_format == "sse",
         )  # fmt: skip
     except ProtocolError as e:
         if e.code != ErrorCode.UNAUTHORIZED:
@@ -262,17 +265,23 @@ async def _body(
     sse = req.stream_format == "sse"
     encoder = StreamEncoder(req.response_format, req.sample_rate)
     pcm = first
+    sent_s = 0.0  # audio handed to the encoder (words within it may follow its delta)
     try:
         data = encoder.head()
         while pcm is not None:
             data += encoder.encode(pcm)
+            sent_s += len(pcm) / (BYTES_PER_SAMPLE * req.sample_rate)
             if data:
                 yield sse_audio_delta(data) if sse else data
+                if sse and (words := pump.run.take_words(sent_s)):
+                    yield sse_words(words)
             data = b""
             pcm = await pump.next()
         data = encoder.finish()
         if data:
             yield sse_audio_delta(data) if sse else data
+        if sse and (words := pump.run.take_words()):
+            yield sse_words(words)
     except Exception as e:  # after the head was sent: say why in SSE, then abort the transfer
         stopped = isinstance(e, PumpStopped)
         outcome[0] = "cancelled" if stopped else "failed"

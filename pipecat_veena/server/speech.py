@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ from loguru import logger
 
 from pipecat_veena import tracing
 from pipecat_veena.audio import BYTES_PER_SAMPLE
+from pipecat_veena.interface import WordTiming
 from pipecat_veena.logs import log_failure
 from pipecat_veena.remote.protocol import ErrorCode, ProtocolError, code_for
 from pipecat_veena.remote.protocol.codes import client_message
@@ -40,6 +42,7 @@ class SpeechRun:
         client_id: the client's id of the utterance (a WebSocket ``speak`` id), if it gave one.
         traceparent: the caller's W3C trace context (``speak.traceparent``, the HTTP header):
             the utterance's ``veena.speech`` span continues that trace (with OpenTelemetry).
+        words: keep the engine's word timings for ``take_words`` (the client asked for them).
 
     Raises:
         ProtocolError: ``too_many_streams``.
@@ -59,6 +62,7 @@ class SpeechRun:
         client: str | None = None,
         client_id: str | None = None,
         traceparent: str | None = None,
+        words: bool = False,
     ) -> None:
         # the resampler first: a slot is taken only once nothing else here can fail
         self.resampler = StreamResampler(server.engine.sample_rate, out_rate)
@@ -83,6 +87,10 @@ class SpeechRun:
         }
         self.tokens = 0
         self.samples = 0
+        self.engine_samples = 0  # at the engine's rate: where each segment's words start
+        self.text_chars = 0  # of the segments spoken so far: where each one's words start
+        #: Word timings in the utterance's time and text, not yet taken (None: not asked for).
+        self.words: deque[WordTiming] | None = deque() if words else None
         self.speakable = False  # some segment had something to say
         self.cut: str | None = None  # why the engine cut it short (AudioChunk.cut), if it did
         self.started = time.monotonic()
@@ -103,6 +111,9 @@ class SpeechRun:
         Closing the iterator (or cancelling its consumer) aborts the engine request at once.
         """
         base = self.tokens
+        at_s = self.engine_samples / self.server.engine.sample_rate
+        at_char = self.text_chars
+        self.text_chars += len(text)
         self.speakable = self.speakable or self.server.speakable(text)
         stream = tracing.traced(
             self.span,
@@ -115,10 +126,27 @@ class SpeechRun:
                     self.server.metrics.queue_wait.labels(self.api).observe(chunk.queue_s)
                 self.tokens = base + chunk.tokens
                 self.cut = self.cut or chunk.cut
+                self.engine_samples += chunk.num_samples
+                if self.words is not None:
+                    self.words.extend(
+                        WordTiming(w.word, at_s + w.start, at_s + w.end, at_char + w.offset)
+                        for w in chunk.words
+                    )
                 pcm = self.resampler.resample(chunk.pcm)
                 if pcm:
                     self._count(pcm)
                     yield pcm
+
+    def take_words(self, played_s: float | None = None) -> list[WordTiming]:
+        """The kept words whose end lies within ``played_s`` seconds of audio (None: all).
+
+        Words come in order of their audio, so a word is handed out only once the audio that
+        covers its end was handed out: a client never gets a word ahead of its sound.
+        """
+        taken: list[WordTiming] = []
+        while self.words and (played_s is None or self.words[0].end <= played_s):
+            taken.append(self.words.popleft())
+        return taken
 
     def finish(self) -> bytes:
         """The resampler's tail (call once after the last segment)."""

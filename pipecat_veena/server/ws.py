@@ -113,6 +113,7 @@ class Connection:
             emotion_tags=list(engine.emotion_tags),
             openai_aliases=dict(self.server.voice_map),
             enrols_voices=callable(getattr(engine, "enroll_voice", None)),
+            words=bool(getattr(engine, "times_words", False)),
         )
 
     def go_away(self) -> None:

@@ -14,6 +14,7 @@ from pipecat_veena.remote.protocol import (
     ErrorCode,
     ProtocolError,
     Speak,
+    Words,
     encode_audio_frame,
     to_json,
 )
@@ -69,6 +70,7 @@ class WsUtterance:
             whole_text=msg.final,
             client_id=msg.id,
             traceparent=msg.traceparent,
+            words=bool(msg.words),
         )
         self.texts: asyncio.Queue[str | None] = asyncio.Queue()
         self.pending = ""
@@ -222,6 +224,13 @@ class WsUtterance:
         if final is not None:
             conn.outbox.push_control(to_json(final))
 
+    async def _send_words(self, played_s: float | None) -> None:
+        """A ``words`` message for the words whose audio was sent (None: all that are left)."""
+        if self.run.words:
+            words = self.run.take_words(played_s)
+            if words:
+                await self.conn.outbox.put(to_json(Words.of(self.id, words)))
+
     async def _main(self) -> None:
         self._ran = True
         with logger.contextualize(**self.run.log_context):  # the engine's lines too
@@ -235,9 +244,11 @@ class WsUtterance:
             while (text := await self._next_text()) is not None:
                 async for pcm in run.segment(text):
                     await conn.outbox.put(encode_audio_frame(self.id, run.tokens, pcm))
+                    await self._send_words(run.audio_seconds)
             tail = run.finish()
             if tail:
                 await conn.outbox.put(encode_audio_frame(self.id, run.tokens, tail))
+            await self._send_words(None)
             outcome, final = "completed", self._done("completed")
         except asyncio.CancelledError:
             outcome, final = self._stopped()

@@ -42,9 +42,13 @@ from pipecat_veena.remote.protocol.server import (
     Error,
     GoAway,
     Ready,
+    ServerMessage,
+    Words,
     decode_audio_frame,
     encode_audio_frame,
     parse_server_message,
+    word_from_json,
+    word_json,
 )
 
 __all__ = [
@@ -69,7 +73,9 @@ __all__ = [
     "ProtocolError",
     "Ready",
     "RemoteInputError",
+    "ServerMessage",
     "Speak",
+    "Words",
     "check_option_types",
     "check_sample_rate",
     "check_unicode",
@@ -81,4 +87,6 @@ __all__ = [
     "parse_client_message",
     "parse_server_message",
     "to_json",
+    "word_from_json",
+    "word_json",
 ]

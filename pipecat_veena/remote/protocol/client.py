@@ -44,6 +44,9 @@ class Speak:
     sample_rate: int | None = None
     final: bool = True
     traceparent: str | None = None
+    #: True: the server sends ``words`` messages (word timings) for this utterance. None (left
+    #: out of the JSON) is false: servers from before word timings refuse the field.
+    words: bool | None = None
     type: str = "speak"
 
 
@@ -91,6 +94,7 @@ _FIELDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "sample_rate": ((int, type(None)), False),
         "final": ((bool,), False),
         "traceparent": ((str, type(None)), False),
+        "words": ((bool, type(None)), False),
     },
     "append": {"text": ((str,), True)},
     "flush": {},
@@ -124,7 +128,7 @@ def check_unicode(value: str, what: str, ref: str | None = None) -> None:
 
 #: Fields added after protocol 1 shipped, left out while null so that clients from before them
 #: (which refused unknown fields) still read every message that does not use them.
-_OMITTED_WHEN_NULL = ("warning", "traceparent")
+_OMITTED_WHEN_NULL = ("warning", "traceparent", "words")
 
 
 def to_json(message: Any) -> str:

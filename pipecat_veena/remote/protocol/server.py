@@ -1,13 +1,15 @@
-"""Server messages: ``ready``, ``done`` and ``error`` (JSON) and the binary audio frame."""
+"""Server messages: ``ready``, ``done``, ``error``, ``goaway``, ``words`` (JSON), audio (binary)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipecat_veena.interface import WordTiming
 from pipecat_veena.remote.protocol.codes import ErrorCode, ProtocolError
 
 PROTOCOL_VERSION = 1
@@ -18,6 +20,8 @@ CLOSE_GOING_AWAY = 1012
 #: First byte of a binary audio frame (a kind byte lets later versions add other frames).
 AUDIO_FRAME = 0x01
 _TOKENS = struct.Struct("<I")
+#: Decimals of word times on the wire (0.1 ms: far finer than the estimates themselves).
+_WORD_TIME_DECIMALS = 4
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,9 @@ class Ready:
     emotion_tags: list[str] = field(default_factory=list)
     openai_aliases: dict[str, str] = field(default_factory=dict)
     enrols_voices: bool = False
+    #: True when a ``speak`` may ask for word timings (``"words": true``); servers from before
+    #: them do not send it (False) and refuse the field.
+    words: bool = False
     protocol: int = PROTOCOL_VERSION
     type: str = "ready"
 
@@ -81,10 +88,73 @@ class GoAway:
     type: str = "goaway"
 
 
-_SERVER_TYPES: dict[str, type] = {c.type: c for c in (Ready, Done, Error, GoAway)}  # type: ignore[attr-defined]
+def word_json(word: WordTiming) -> dict[str, Any]:
+    """One word timing as JSON (the one wire form: WebSocket ``words`` and SSE events)."""
+    return {
+        "word": word.word,
+        "start": round(word.start, _WORD_TIME_DECIMALS),
+        "end": round(word.end, _WORD_TIME_DECIMALS),
+        "offset": word.offset,
+    }
 
 
-def parse_server_message(text: str) -> Ready | Done | Error | GoAway | None:
+def word_from_json(data: Any) -> WordTiming:
+    """Inverse of ``word_json``.
+
+    Raises:
+        ProtocolError: not a word timing (a field missing or of the wrong type).
+    """
+    try:
+        word, start, end, offset = data["word"], data["start"], data["end"], data["offset"]
+    except (TypeError, KeyError) as e:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"not a word timing: {data!r:.200}") from e
+    numbers = all(isinstance(t, int | float) and not isinstance(t, bool) for t in (start, end))
+    if not (isinstance(word, str) and numbers and isinstance(offset, int)):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"not a word timing: {data!r:.200}")
+    return WordTiming(word, float(start), float(end), offset)
+
+
+@dataclass(frozen=True)
+class Words:
+    """Word timings of an utterance whose ``speak`` asked for them (``"words": true``).
+
+    Sent after the audio frame that completes the last of them (never ahead of the audio).
+
+    Attributes:
+        id: the utterance.
+        words: ``word_json`` objects: each word as written, its start and end in seconds from
+            the utterance's first sample, its character offset in the utterance's text.
+        estimated: always true: the times are estimates from the generated audio.
+    """
+
+    id: str
+    words: list[dict[str, Any]]
+    estimated: bool = True
+    type: str = "words"
+
+    @classmethod
+    def of(cls, uid: str, words: Iterable[WordTiming]) -> Words:
+        """The message for ``words`` of utterance ``uid``."""
+        return cls(uid, [word_json(w) for w in words])
+
+    def timings(self) -> tuple[WordTiming, ...]:
+        """The words as ``WordTiming``s.
+
+        Raises:
+            ProtocolError: an item is not a word timing.
+        """
+        if not isinstance(self.words, list):
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "'words' of a words message is a list")
+        return tuple(word_from_json(w) for w in self.words)
+
+
+_SERVER_TYPES: dict[str, type] = {c.type: c for c in (Ready, Done, Error, GoAway, Words)}  # type: ignore[attr-defined]
+
+
+ServerMessage = Ready | Done | Error | GoAway | Words
+
+
+def parse_server_message(text: str) -> ServerMessage | None:
     """Parse a server text frame (the client's side), forward-compatibly.
 
     Fields this version does not know are ignored, and so is a message of a type it does not
@@ -99,7 +169,10 @@ def parse_server_message(text: str) -> Ready | Done | Error | GoAway | None:
         if cls is None:
             return None
         known = {f.name for f in dataclasses.fields(cls)} - {"type"}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        message = cls(**{k: v for k, v in data.items() if k in known})
+        if isinstance(message, Words):
+            message.timings()  # (checked here: a client never gets a broken one)
+        return message
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         message = f"not a server message: {text[:200]!r} ({e})"
         raise ProtocolError(ErrorCode.BAD_MESSAGE, message) from None

@@ -9,10 +9,13 @@
 //               {type: "end"}                      no more chunks: play the rest
 //               {type: "stop"}                     fade out now and drop the rest
 // Every message in carries the page's stream id; reports echo the id of the current stream.
-// Messages out: {type: "stats", stream, played, buffered, underruns, playing, event, soundAt}
+// Messages out: {type: "stats", stream, played, buffered, underruns, playing, event, soundAt,
+//               at}
 //               event: "underrun", "drained" (the stream played out), "stopped", "sound" (the
 //               first sample that is not silence was just played: soundAt is its time on the
-//               AudioContext's clock) or null.
+//               AudioContext's clock) or null. at: when sample number `played` of the stream
+//               plays, on the AudioContext's clock, if playback goes on (the page follows the
+//               words being played with it).
 
 const QUANTUM = 128; // samples per process() call
 const FADE = 64; // samples of every fade-in
@@ -107,6 +110,7 @@ class StreamPlayer extends AudioWorkletProcessor {
       playing: this.playing,
       event,
       soundAt: this.soundAt,
+      at: currentTime + QUANTUM / sampleRate, // (reports come from process(): its quantum's end)
     });
   }
 

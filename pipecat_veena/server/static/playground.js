@@ -2,7 +2,9 @@
 // WebSocket (docs/protocol.md), played as it arrives by player-worklet.js in an AudioContext
 // that runs at the stream's sample rate (the browser resamples to the device), with a live
 // waveform and the figures of the utterance in flight: time to the first sound played,
-// real-time factor, underruns (and why playback stutters). The page watches its connection and
+// real-time factor, underruns (and why playback stutters), and the text with the word being
+// played highlighted (the server's word timings, followed on the AudioContext's clock). The
+// page watches its connection and
 // redials with backoff when the server goes away. Everything is fetched from the server that
 // served this page.
 
@@ -235,6 +237,9 @@ function onMessage(s, msg) {
     u.state = msg.reason === "cancelled" ? "cancelled" : "completed";
     post({ type: "end" });
     if (WARNINGS[msg.warning]) showMessage(WARNINGS[msg.warning][1]);
+  } else if (msg.type === "words" && u && msg.id === u.id) {
+    u.words.push(...msg.words);
+    showTranscript(u);
   } else if (msg.type === "error" && u && msg.id === u.id && msg.ended) {
     u.state = "failed";
     u.error = msg;
@@ -358,12 +363,14 @@ function onPlayer(stats) {
   u.played = stats.played;
   u.buffered = stats.buffered;
   u.underruns = stats.underruns;
+  u.playedAt = stats.at;
   if (u.firstSoundMs === null && stats.soundAt !== null) {
     u.firstSoundMs = contextTimeToPage(audio.ctx, stats.soundAt) - u.sentAt;
   }
   if (stats.event === "drained" || stats.event === "stopped") u.playback = stats.event;
   else u.playback = stats.playing ? "playing" : "waiting";
   render();
+  followWords();
 }
 
 // -- speak and stop ----------------------------------------------------------------------
@@ -382,9 +389,10 @@ function readOptions() {
   return options;
 }
 
-function newUtterance(id, rate) {
+function newUtterance(id, rate, text) {
   return {
     id,
+    text,
     sampleRate: rate,
     state: "speaking", // speaking, stopping, completed, cancelled, failed
     playback: "waiting", // waiting, playing, drained, stopped
@@ -400,6 +408,10 @@ function newUtterance(id, rate) {
     played: 0,
     buffered: 0,
     underruns: 0,
+    playedAt: null, // when sample `played` plays, on the AudioContext's clock (the player's)
+    words: [], // the server's word timings ({word, start, end, offset}), as they come
+    current: -1, // the word being played (an index into words), -1: none
+    highlights: [], // each change of the word being played: {index, heard, played}
     done: null,
     error: null,
   };
@@ -431,7 +443,9 @@ async function speak() {
     const id = `u${++sequence}`;
     const message = { type: "speak", id, text, voice: $("voice").value || null, options };
     if (rate !== ready.sample_rate) message.sample_rate = rate; // the server resamples
-    page.utterance = newUtterance(id, rate);
+    if (ready.words) message.words = true; // word timings, to follow the words played
+    page.utterance = newUtterance(id, rate, text);
+    showTranscript(page.utterance);
     post({ type: "start", prebufferSeconds: PREBUFFER_S });
     socket.ws.send(JSON.stringify(message));
   } catch (e) {
@@ -518,6 +532,64 @@ function showHint(text) {
   $("hint").hidden = !text;
 }
 
+// -- the word being played ------------------------------------------------------------------
+// The text, each word the server timed in a span of its own (the rest as it was typed).
+function showTranscript(u) {
+  const parts = [];
+  let at = 0;
+  u.words.forEach((w, i) => {
+    if (w.offset < at || u.text.slice(w.offset, w.offset + w.word.length) !== w.word) return;
+    if (w.offset > at) parts.push(document.createTextNode(u.text.slice(at, w.offset)));
+    const span = document.createElement("span");
+    span.className = "word";
+    span.dataset.index = String(i);
+    span.textContent = w.word;
+    parts.push(span);
+    at = w.offset + w.word.length;
+  });
+  parts.push(document.createTextNode(u.text.slice(at)));
+  $("transcript").replaceChildren(...parts);
+  $("transcript").hidden = false;
+  followWords(true);
+}
+
+// Seconds of the utterance the listener hears now: where the player's last report put sample
+// `played` on the AudioContext's clock, moved on to the time the output device plays now.
+function heardSeconds(u) {
+  if (!audio || u.playedAt === null) return 0;
+  const ctx = audio.ctx;
+  const stamp = ctx.getOutputTimestamp ? ctx.getOutputTimestamp() : null;
+  const now =
+    stamp && stamp.contextTime > 0
+      ? stamp.contextTime
+      : ctx.currentTime - (ctx.outputLatency || ctx.baseLatency || 0);
+  let ahead = now - u.playedAt; // (negative: the last samples played are still on their way)
+  if (u.playback !== "playing") ahead = Math.min(ahead, 0); // paused: the clock runs on
+  const samples = Math.max(0, Math.min(u.played + u.buffered, u.played + ahead * u.sampleRate));
+  return samples / u.sampleRate;
+}
+
+// Highlight the word being played (the last one whose start was heard) and dim those before
+// (`redraw`: the spans are new, mark them even if the word is the same).
+function followWords(redraw = false) {
+  const u = page.utterance;
+  if (!u || !u.words.length) return;
+  const over = u.playback === "drained" || u.playback === "stopped";
+  const heard = heardSeconds(u);
+  let current = -1;
+  if (!over && u.played > 0) {
+    for (let i = 0; i < u.words.length && u.words[i].start <= heard; i++) current = i;
+  }
+  if (current === u.current && !redraw) return;
+  if (current !== u.current) u.highlights.push({ index: current, heard, played: u.played });
+  u.current = current;
+  for (const span of $("transcript").querySelectorAll(".word")) {
+    const i = Number(span.dataset.index);
+    span.classList.toggle("current", i === current);
+    span.classList.toggle("said", over ? heard >= u.words[i].start : i < current);
+  }
+}
+
 function drawWave() {
   const canvas = $("wave");
   const width = Math.round(canvas.clientWidth * devicePixelRatio);
@@ -537,6 +609,7 @@ function drawWave() {
     else g.lineTo(x, y);
   }
   g.stroke();
+  followWords();
   requestAnimationFrame(drawWave);
 }
 
