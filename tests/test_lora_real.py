@@ -26,7 +26,7 @@ from pipecat_veena.server import ServerHandle, create_app
 
 pytestmark = pytest.mark.vllm
 TEXT = "Namaste, aap kaise hain?"
-#: Tokens per request: LoRA makes each decode step much costlier on the CPU build, so keep it short.
+#: Tokens per request, few: a shared 2-core machine decodes a few tokens a second under load.
 TOKENS = 28
 
 
