@@ -284,7 +284,8 @@ async def test_snac_model_says_to_use_a_lora_voice(veena_checkpoint: Path, speec
     engine = VeenaEngine(cfg, generator=generator)
     await engine.start()
     try:
-        with pytest.raises(EnrolmentError, match="SNAC model .* LoRA adapter"):
+        # it says what to do instead: a LoRA voice in the checkpoint's voices.json
+        with pytest.raises(EnrolmentError, match='SNAC model .* LoRA adapter .*"lora": "adapters/'):
             await engine.enroll_voice("asha", speech, 22050)
     finally:
         await engine.shutdown()

@@ -49,7 +49,12 @@ if TYPE_CHECKING:
 
 __all__ = ["AudioChunk", "EngineConfig", "VeenaEngine", "load_codec"]
 
-_SAMPLING_KEYS = {f.name for f in fields(SamplingOptions)} - {"stop_token_ids", "min_tokens"}
+#: Options a caller may set; the voice sets the adapter.
+_SAMPLING_KEYS = {f.name for f in fields(SamplingOptions)} - {
+    "stop_token_ids",
+    "min_tokens",
+    "adapter",
+}
 #: Longest text made ready for the model (normalised, split) on the event loop; longer text is
 #: made ready in a worker thread (a sentence takes about 0.15 ms, 16 KB up to 0.2 s).
 INLINE_TEXT_CHARS = 256
@@ -141,6 +146,7 @@ class VeenaEngine:
                     layout.llm_dir,
                     max_model_len=cfg.max_model_len,
                     max_num_seqs=cfg.max_num_seqs,
+                    adapters=self._format.voices.adapters,
                     **cfg.generator_kwargs,
                 )
             await self._generator.start()

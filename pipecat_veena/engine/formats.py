@@ -91,12 +91,18 @@ class ModelFormat:
     ) -> SamplingOptions:
         """Per-part sampling options: the caller's, with stops, token budget and grammar.
 
-        The grammar is set only when ``constrain`` is True.
+        The grammar is set only when ``constrain`` is True; the voice's LoRA adapter, if any,
+        rides along (``SamplingOptions.adapter``).
         """
         low, high = self.budget(text, prefilled=prefilled, tokens_per_second=rate)
         grammar = self.grammar(voice, prefilled=prefilled) if constrain else None
         return replace(
-            base, min_tokens=low, max_tokens=high, stop_token_ids=self.stop_ids, grammar=grammar
+            base,
+            min_tokens=low,
+            max_tokens=high,
+            stop_token_ids=self.stop_ids,
+            grammar=grammar,
+            adapter=voice.adapter,
         )
 
     @property

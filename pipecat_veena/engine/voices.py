@@ -7,6 +7,11 @@
 - Veena / Orpheus (SNAC): kavya (default), agastya, maitri, vinaya, or the speakers of a
   ``voices.json`` next to the checkpoint.
 
+A voice of a ``voices.json`` may name a LoRA adapter (``"lora": "adapters/asha"``, a PEFT
+directory; relative paths are read from the checkpoint directory): the engine then serves that
+voice's requests with the adapter on the base model (a fine-tuned voice; how SNAC models get
+new voices). Voices naming the same directory share one adapter.
+
 A generated BiCodec voice (controllable or named speaker) is sampled anew by each request unless
 it is *pinned*: the voice print (the generated prefix with its 32 global codes) of the first
 request of that voice that completed cleanly is reused by every later request, so sentences
@@ -26,6 +31,7 @@ from loguru import logger
 
 from pipecat_veena.engine.enrolment import check_voice_name
 from pipecat_veena.errors import CheckpointError, EnrolmentError, UnknownVoiceError
+from pipecat_veena.generation.lora import LoraAdapter, load_adapter
 
 VOICES_FILE = "voices.json"
 VEENA_SPEAKERS = ("kavya", "agastya", "maitri", "vinaya")
@@ -51,6 +57,8 @@ class Voice:
         semantic: the reference clip's BiCodec semantic codes (transcript-mode enrolment), or
             None; set together with ``transcript``.
         transcript: the words of the reference clip (transcript-mode enrolment), or None.
+        adapter: the LoRA adapter this voice's requests generate with (a fine-tuned voice),
+            or None (the base model).
     """
 
     name: str
@@ -61,6 +69,7 @@ class Voice:
     globals: tuple[int, ...] | None = None
     semantic: tuple[int, ...] | None = None
     transcript: str | None = None
+    adapter: LoraAdapter | None = None
 
     @property
     def generated(self) -> bool:
@@ -161,6 +170,12 @@ class VoiceBook:
     def names(self) -> list[str]:
         """The voice names, default first."""
         return [self.default, *(n for n in self.voices if n != self.default)]
+
+    @property
+    def adapters(self) -> list[LoraAdapter]:
+        """The LoRA adapters the voices name, one per directory, by id."""
+        found = {v.adapter for v in self.voices.values() if v.adapter is not None}
+        return sorted(found, key=lambda a: a.id)
 
     def resolve(self, name: str | None) -> Voice:
         """The voice called ``name`` (None: the default).
@@ -382,7 +397,34 @@ def _read_voices_file(path: Path) -> dict:
     return data
 
 
+def _adapters_from_file(data: dict, path: Path) -> dict[str, LoraAdapter]:
+    """The LoRA adapter of each voice that names one, by voice key; one adapter per directory.
+
+    Relative adapter paths are read from the voices file's directory (the checkpoint's).
+    """
+    adapters: dict[Path, LoraAdapter] = {}
+    by_voice = {}
+    for name, spec in data["voices"].items():
+        lora = spec.get("lora") if isinstance(spec, dict) else None
+        if lora is None:
+            continue
+        if not isinstance(lora, str) or not lora.strip():
+            raise CheckpointError(
+                f"{path}: voice {name!r}: 'lora' must be the path of a LoRA adapter directory, "
+                f"got {lora!r}"
+            )
+        where = (path.parent / Path(lora.strip()).expanduser()).resolve()
+        if where not in adapters:
+            try:
+                adapters[where] = load_adapter(where, name.strip().lower(), len(adapters) + 1)
+            except ValueError as e:
+                raise CheckpointError(f"{path}: voice {name!r}: {e}") from e
+        by_voice[name.strip().lower()] = adapters[where]
+    return by_voice
+
+
 def _voices_from_file(data: dict, path: Path, num_globals: int) -> dict[str, Voice]:
+    adapters = _adapters_from_file(data, path)
     voices = {}
     for name, spec in data["voices"].items():
         key = name.strip().lower()
@@ -395,7 +437,7 @@ def _voices_from_file(data: dict, path: Path, num_globals: int) -> dict[str, Voi
                 codes = check_globals(codes, num_globals, f"{path}: voice {name!r}")
             except ValueError as e:
                 raise CheckpointError(str(e)) from e
-        voices[key] = Voice(name=key, speaker=speaker, globals=codes)
+        voices[key] = Voice(name=key, speaker=speaker, globals=codes, adapter=adapters.get(key))
     return voices
 
 
@@ -426,8 +468,11 @@ def veena_voices(root: Path) -> VoiceBook:
     path = root / VOICES_FILE
     if path.is_file():
         data = _read_voices_file(path)
+        adapters = _adapters_from_file(data, path)
         voices = {
-            n.lower(): Voice(name=n.lower(), speaker=s.get("speaker", n))
+            n.lower(): Voice(
+                name=n.lower(), speaker=s.get("speaker", n), adapter=adapters.get(n.lower())
+            )
             for n, s in data["voices"].items()
         }
         default = str(data.get("default_voice", next(iter(voices)))).lower()

@@ -28,7 +28,9 @@ def snac_cannot_enrol(model: str) -> EnrolmentError:
     return EnrolmentError(
         f"{model} is a SNAC model (Veena / Orpheus layout): it has no speaker encoder, so "
         "voices cannot be enrolled from a clip. Fine-tune the model on the speaker and serve "
-        "the result as a LoRA adapter voice instead.",
+        "the result as a LoRA adapter voice instead: name the PEFT directory in the "
+        'checkpoint\'s voices.json ({"voices": {"asha": {"speaker": "kavya", "lora": '
+        '"adapters/asha"}}}; README "LoRA voices").',
         code=EnrolmentError.UNSUPPORTED,
     )
 

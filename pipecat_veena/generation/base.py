@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from pipecat_veena.generation.grammar import Grammar
+from pipecat_veena.generation.lora import LoraAdapter
 
 #: Largest ``top_k`` (vLLM keeps it as an int32; any k above the vocabulary means all tokens).
 MAX_TOP_K = 2**31 - 1
@@ -31,6 +32,7 @@ class SamplingOptions:
         stop_token_ids: ids that end the request; the stop id is included in the output.
         grammar: the codec grammar every generated id must follow (a backend that supports it
             masks the ids it forbids; None: unconstrained).
+        adapter: the LoRA adapter to generate with (a fine-tuned voice; None: the base model).
     """
 
     temperature: float = 0.8
@@ -42,6 +44,7 @@ class SamplingOptions:
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
     grammar: Grammar | None = None
+    adapter: LoraAdapter | None = None
 
     def __post_init__(self) -> None:
         # The one check of every sampling value (WebSocket options, the OpenAI route, the

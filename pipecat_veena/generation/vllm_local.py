@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from pipecat_veena.errors import (
     GenerationError,
 )
 from pipecat_veena.generation.base import SamplingOptions, TokenDelta, TokenGenerator
+from pipecat_veena.generation.lora import LoraAdapter, lora_engine_args, lora_request
 from pipecat_veena.tasks import cancel_and_wait, wait_ended
 
 #: KV cache given to the CPU backend when the caller sets none (ample for tens of streams).
@@ -153,6 +154,8 @@ class VllmGenerator(TokenGenerator):
         enforce_eager: None means True on CPU (torch.compile costs ~30 s there) and False on GPU.
         seed: vLLM's engine seed (an int). Requests with their own seed are reproducible
             whatever it is.
+        adapters: the LoRA adapters requests may name (``SamplingOptions.adapter``): vLLM then
+            starts with LoRA enabled, room for all of them and their largest rank.
         engine_kwargs: further ``AsyncEngineArgs`` fields, passed through unchanged.
     """
 
@@ -167,6 +170,7 @@ class VllmGenerator(TokenGenerator):
         gpu_memory_utilization: float = 0.6,
         enforce_eager: bool | None = None,
         seed: int = 0,
+        adapters: Sequence[LoraAdapter] = (),
         engine_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self._model_dir = Path(model_dir)
@@ -177,6 +181,7 @@ class VllmGenerator(TokenGenerator):
         self._gpu_memory_utilization = gpu_memory_utilization
         self._enforce_eager = enforce_eager
         self._seed = seed
+        self._adapters = {a.id: a for a in adapters}
         self._engine_kwargs = dict(engine_kwargs or {})
         self._llm: Any = None
         self._building: asyncio.Future[Any] | None = None
@@ -274,6 +279,12 @@ class VllmGenerator(TokenGenerator):
             args["kv_cache_memory_bytes"] = kv_bytes
         if not on_cpu:
             args["gpu_memory_utilization"] = self._gpu_memory_utilization
+        if self._adapters:
+            from typing import get_args
+
+            from vllm.config.lora import MaxLoRARanks
+
+            args.update(lora_engine_args(list(self._adapters.values()), get_args(MaxLoRARanks)))
         args.update(self._engine_kwargs)
         logger.debug(f"{self}: starting vLLM ({'cpu' if on_cpu else 'gpu'}, {dtype})")
         return AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
@@ -325,9 +336,10 @@ class VllmGenerator(TokenGenerator):
 
         llm = self._require_running()
         params = self._sampling_params(options)
+        lora = self._lora_request(options.adapter)
         finished = False
         try:
-            stream = llm.generate(_engine_input(prompt_ids), params, request_id)
+            stream = llm.generate(_engine_input(prompt_ids), params, request_id, lora_request=lora)
             async with aclosing(stream):
                 async for output in stream:
                     completion = output.outputs[0]
@@ -346,6 +358,22 @@ class VllmGenerator(TokenGenerator):
             if not finished and not self._closed:
                 # Fast: marks the request aborted in the output processor and tells EngineCore.
                 await llm.abort(request_id)
+
+    def _lora_request(self, adapter: LoraAdapter | None) -> Any:
+        """vLLM's LoRARequest for ``adapter`` (None: the base model).
+
+        Raises:
+            GenerationError: an adapter this generator was not started with.
+        """
+        if adapter is None:
+            return None
+        if self._adapters.get(adapter.id) != adapter:
+            raise GenerationError(
+                f"{self} was started without LoRA adapter {adapter.name!r} ({adapter.path}): "
+                "pass every adapter at construction (VllmGenerator(adapters=...)); an engine "
+                "does so for the adapters its voices name"
+            )
+        return lora_request(adapter)
 
     async def abort(self, request_id: str) -> None:
         """Abort one request; a no-op when it already finished or the engine is gone."""
