@@ -10,7 +10,8 @@ Measures, in one run on the same cores (the machine is shared and noisy, so comp
 - write time of the real random checkpoint, peak RSS growth while loading it, tiny-config speed.
 
 Run: ``.venv/bin/python -m benchmarks.codec_cpu`` (``--quick`` for a smoke run: fewer repeats,
-no compile, no section written).
+no compile, no section written). ``--streamed``: only the receptive fields measured on the code
+and the CPU time of streamed utterances, old (whole windows) against new (incremental windows).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -123,8 +125,122 @@ def _window_curve(codec: BiCodecCodec, steps: int) -> list[tuple[int, float, flo
     return rows
 
 
+def measured_reach(codec: BiCodecCodec, steps: int = 200, tol: float = 1e-6) -> tuple[int, int]:
+    """Tokens either side over which one changed token moves the output by more than ``tol``.
+
+    Prenet: change one semantic id, compare the prenet outputs (max over channels, relative to
+    the largest output value). Wave generator: add noise to one token of its input, compare the
+    samples (relative to the largest sample), counted in whole tokens. Returns (prenet, wave).
+    """
+    dec = codec.decoder
+    sem, glob = _tokens(1, steps, seed=3)
+    t0 = steps // 2
+    other = sem.clone()
+    other[0, t0] = (int(sem[0, t0]) + 4099) % 8192
+    with torch.inference_mode():
+        speaker = dec.speaker_encoder(glob)
+        base = dec.prenet(dec.quantizer(sem), speaker, None)
+        moved = dec.prenet(dec.quantizer(other), speaker, None)
+        change = (moved - base).abs().amax(dim=1)[0] / base.abs().max()
+        prenet = int((torch.nonzero(change > tol)[:, 0] - t0).abs().max())
+        x = base + speaker[:, :, None]
+        nudged = x.clone()
+        nudged[:, :, t0] += torch.randn(x.shape[1], generator=torch.Generator().manual_seed(1))
+        wav = dec.decoder(x.clone(), [None] * 5)[0, 0]
+        change = (dec.decoder(nudged, [None] * 5)[0, 0] - wav).abs() / wav.abs().max()
+        tokens = torch.nonzero(change > tol)[:, 0] // dec.hop_length
+        wave = int((tokens - t0).abs().max())
+    return prenet, wave
+
+
+def _lockstep(codec, streams: int, steps: int) -> tuple[float, int]:
+    """``streams`` utterances of ``steps`` tokens, one token each per step, decoded together.
+
+    The windows due at each step go to the codec in the DecodeBatcher's length groups. Returns
+    (process CPU seconds inside codec calls, samples emitted).
+    """
+    from pipecat_veena.streaming import StreamDecoder
+    from pipecat_veena.streaming.batching import group_by_length
+
+    decoders, tokens = [], []
+    for i in range(streams):
+        sem, glob = _tokens(1, steps, seed=100 + i)
+        decoders.append(StreamDecoder(codec, condition=glob[0].numpy()))
+        tokens.append(sem[0].tolist())
+    cpu, samples = 0.0, 0
+    for step in range(steps + 1):
+        jobs = [
+            (d, job)
+            for d, toks in zip(decoders, tokens, strict=True)
+            for job in (d.plan([toks[step]]) if step < steps else d.plan_finish())
+        ]
+        for group in group_by_length([j.window.num_frames for _, j in jobs], 2.0):
+            start = time.process_time()
+            audios = codec.decode_windows([jobs[i][1].window for i in group])
+            cpu += time.process_time() - start
+            for i, audio in zip(group, audios, strict=True):
+                samples += len(jobs[i][0].accept(jobs[i][1], audio))
+    return cpu, samples
+
+
+def streamed_section(quick: bool) -> str:
+    """Receptive fields measured on the code, and streamed CPU time old against new."""
+    from benchmarks.streaming import WholeWindows, _bicodec
+
+    lines = [
+        "Receptive fields measured on the code (real config, one token changed in 200, output "
+        "change above 1e-6 of the largest output value), tokens on either side; the config's "
+        "structural bound in brackets:",
+        "",
+        "| weights | prenet | wave generator |",
+        "|---|---|---|",
+    ]
+    codec = None
+    for kind in ("reference", "project"):
+        codec = _bicodec(kind)
+        cfg = codec.decoder.config
+        prenet, wave = measured_reach(codec)
+        bound = cfg.wave_margins[0]
+        lines.append(f"| {kind} | {prenet} ({cfg.receptive_field - bound}) | {wave} ({bound}) |")
+        logger.info(lines[-1])
+    old = WholeWindows(codec)
+    repeats = 1 if quick else 3
+    lines += [
+        "",
+        "Codec CPU time (process time inside codec calls, both threads, best of "
+        f"{repeats}) of whole utterances streamed with the default schedule, *project* "
+        "weights, random tokens; *old* decodes every window whole, *new* (default) runs the "
+        "wave generator over the emitted frames plus its receptive field only.",
+        "",
+        "| case | offline decode | old | new | old / offline | new / offline | new vs old |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    cases = [(1, 2), (1, 5)] if quick else [(1, 2), (1, 5), (4, 5), (8, 5)]
+    for streams, seconds in cases:
+        steps = seconds * 50
+        sem = torch.cat([_tokens(1, steps, seed=100 + i)[0] for i in range(streams)])
+        glob = torch.cat([_tokens(1, steps, seed=100 + i)[1] for i in range(streams)])
+        decode = partial(codec.decoder.decode, sem, glob)
+        offline = min(_cpu_timed(decode) for _ in range(repeats))
+        t_old = min(_lockstep(old, streams, steps)[0] for _ in range(repeats))
+        t_new = min(_lockstep(codec, streams, steps)[0] for _ in range(repeats))
+        audio = streams * seconds
+        lines.append(
+            f"| {streams} x {seconds} s: ms CPU per audio second | {1000 * offline / audio:.0f} | "
+            f"{1000 * t_old / audio:.0f} | {1000 * t_new / audio:.0f} | "
+            f"{t_old / offline:.2f}x | {t_new / offline:.2f}x | {t_old / t_new:.2f}x better |"
+        )
+        logger.info(lines[-1])
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--streamed",
+        action="store_true",
+        help="only the streamed section: receptive fields and streamed CPU time, old vs new",
+    )
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--batches", default="1,4,8")
     parser.add_argument("--repeats", type=int, default=3)
@@ -136,6 +252,13 @@ def main() -> None:
         args.tokens, args.batches, args.repeats, args.no_compile = 50, "1,2", 1, True
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
+    if args.streamed:
+        body = streamed_section(args.quick)
+        print(body)
+        if not args.quick:
+            update_section("codec_cpu_streamed", "BiCodec streamed on CPU: incremental windows",
+                           COMMAND + " --streamed", body)  # fmt: skip
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

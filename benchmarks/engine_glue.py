@@ -35,7 +35,7 @@ class NullCodec(FakeBiCodec):
     """Instant BiCodec-shaped codec: zeros of the right length (measures no codec work)."""
 
     def decode_windows(self, windows):
-        return [np.zeros(w.num_frames * self.samples_per_frame, np.float32) for w in windows]
+        return [np.zeros(w.kept_frames * self.samples_per_frame, np.float32) for w in windows]
 
 
 def _script(semantics: int):

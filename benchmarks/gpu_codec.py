@@ -9,6 +9,12 @@ are negligible) on ``--tokens`` tokens:
 - ``compile``: ``torch.compile(mode="reduce-overhead")`` (inductor + CUDA graphs; slow to
   compile, one compile per batch size, so not in the default ``--modes``).
 
+A second table times one streamed window (``--window L,E,R``: left context, emitted frames,
+lookahead; default the steady state of the default schedule, 67,32,16) decoded *whole* (the old
+path: prenet and wave generator over L + E + R) and *kept* (the default: the wave generator
+over the E emitted frames plus its own receptive field), eager, per batch and dtype; RTF there
+is per emitted second, and the last column is the kept samples' SNR against the whole decode.
+
 Columns: ms per call; RTF = compute time / audio duration of one stream (below 1 is faster than
 real time); streams/GPU = batch / RTF, the real-time streams one GPU sustains at that batch; SNR
 of the first item against fp32 eager; peak memory.
@@ -118,6 +124,7 @@ def main() -> None:
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--modes", default=None, help="eager,graph,compile (default: eager,graph)")
     parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--window", default="67,32,16", help="L,E,R of the windowed table")
     parser.add_argument("--quick", action="store_true", help="tiny config, batch 1-2, 50 tokens")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -172,6 +179,47 @@ def main() -> None:
                     f"{batch / rtf:.0f} | {_snr(reference, out):.1f} | {peak:.0f} |",
                     flush=True,
                 )
+    _window_table(models, args, device)
+
+
+def _window_table(models: dict, args: argparse.Namespace, device: torch.device) -> None:
+    """One streamed window per stream, decoded whole (old) and over its kept frames (new)."""
+    left, emit, right = (int(v) for v in args.window.split(","))
+    steps = left + emit + right
+    first = next(iter(models.values()))
+    emitted_s = emit * first.hop_length / first.sample_rate
+    print(f"\n# one window per stream: L={left}, E={emit}, R={right} ({steps} tokens), eager")
+    print("| dtype | batch | whole ms/call | kept ms/call | whole / kept | kept RTF per emitted "
+          "second | kept streams/GPU | SNR kept vs whole dB |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    gen = torch.Generator().manual_seed(1)
+    hop = first.hop_length
+    for batch in (int(b) for b in args.batches.split(",")):
+        semantic = torch.randint(0, 8192, (batch, steps), generator=gen).to(device)
+        globals_ = torch.randint(0, 4096, (batch, 32), generator=gen).to(device)
+        keep = torch.tensor([[left, left + emit]] * batch, device=device)
+        for dtype_name, model in models.items():
+            with torch.inference_mode():
+                features = model.quantizer(semantic)
+                speaker = model.speaker_encoder(globals_)
+
+            def whole(model=model, features=features, speaker=speaker) -> torch.Tensor:
+                with torch.inference_mode():
+                    return model(features, speaker)[:, left * hop : (left + emit) * hop]
+
+            def kept(model=model, features=features, speaker=speaker, keep=keep) -> torch.Tensor:
+                with torch.inference_mode():
+                    return model(features, speaker, None, keep)
+
+            t_whole, out_whole = _time(whole, device, args.iters)
+            t_kept, out_kept = _time(kept, device, args.iters)
+            rtf = t_kept / emitted_s
+            print(
+                f"| {dtype_name} | {batch} | {1000 * t_whole:.2f} | {1000 * t_kept:.2f} | "
+                f"{t_whole / t_kept:.2f}x | {rtf:.4f} | {batch / rtf:.0f} | "
+                f"{_snr(out_whole[0].float(), out_kept[0].float()):.1f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

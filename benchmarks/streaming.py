@@ -7,7 +7,7 @@ the seed's scheme (BiCodec: decode ALL semantics so far every 24 once 24 exist, 
 samples with 50 ms crossfades), Spark-Triton / FlashTTS independent chunks (50 tokens growing x2
 to 400, 5-token overlap, 0.1 s crossfade) and Orpheus' 28-token SNAC window.
 
-    .venv/bin/python -m benchmarks.streaming [--quick] [--only bicodec|snac|batching]
+    .venv/bin/python -m benchmarks.streaming [--quick] [--only bicodec|snac|batching|incremental]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import asyncio
 import tempfile
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +140,68 @@ def orpheus_scheme(codec: AudioCodec, frames: np.ndarray) -> tuple[Run, slice]:
            for n in range(4, len(frames) + 1)]  # fmt: skip
     run = Run(np.concatenate(out), 28, 4 * len(out) / len(frames), 1.0, len(out))
     return run, slice(spf, (len(out) + 1) * spf)  # the samples it emits: frames 1 .. n-3
+
+
+class WholeWindows(AudioCodec):
+    """The decode before incremental windows: every window decoded whole, then cut to ``keep``.
+
+    Wraps a codec for old-versus-new figures only; the package has one path (``keep``).
+    """
+
+    def __init__(self, codec: AudioCodec) -> None:
+        self.codec = codec
+        for name in ("sample_rate", "samples_per_frame", "codes_per_frame", "condition_size",
+                     "context_frames"):  # fmt: skip
+            setattr(self, name, getattr(codec, name))
+
+    def decode_windows(self, windows):  # noqa: D102 (AudioCodec's)
+        whole = [replace(w, keep=None) for w in windows]
+        audios = self.codec.decode_windows(whole)
+        return [self.kept_audio(w, a) for w, a in zip(windows, audios, strict=True)]
+
+
+def decode_flops(fn) -> tuple[object, int]:
+    """Run ``fn()`` and count the floating-point operations torch executes for it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        out = fn()
+    return out, counter.get_total_flops()
+
+
+def incremental_section(quick: bool) -> str:
+    """Old (whole windows) against new (generator over the kept frames): work and seams."""
+    lengths = (2, 5) if quick else (2, 5, 20, 60)
+    lines = [
+        "Decode work = floating-point operations of all the stream's codec calls (torch's "
+        "FlopCounterMode: convolutions and matrix products) over those of one offline decode of "
+        "the same tokens. *old*: every window decoded whole (prenet and wave generator over "
+        "L + chunk + R); *new* (default): the prenet over the window, the wave generator over "
+        "the emitted frames plus its own receptive field, cut down after every layer. Default "
+        "schedule, real config, random weights of both kinds, SNR of the stream against the "
+        "offline decode.",
+        "",
+        "| utterance | weights | first audio | work old | work new | SNR old | SNR new | "
+        "max abs new - old |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for kind in ("reference", "project"):
+        codec = _bicodec(kind)
+        cond = np.random.default_rng(9).integers(0, 4096, size=codec.condition_size)
+        for seconds in lengths:
+            frames = _random_frames(codec, seconds, seed=seconds)
+            offline, offline_flops = decode_flops(partial(_decode, codec, frames, cond))
+            cfg = StreamConfig.for_codec(codec)
+            old, old_flops = decode_flops(partial(stream, WholeWindows(codec), frames, cfg, cond))
+            new, new_flops = decode_flops(partial(stream, codec, frames, cfg, cond))
+            lines.append(_row([
+                f"{seconds} s", kind, f"{GLOBALS} + {new.first_audio_codes}",
+                f"{old_flops / offline_flops:.2f}", f"{new_flops / offline_flops:.2f}",
+                f"{snr_db(offline, old.audio):.1f} dB", f"{snr_db(offline, new.audio):.1f} dB",
+                f"{np.abs(new.audio - old.audio).max():.1e}",
+            ]))  # fmt: skip
+            logger.info(lines[-1])
+    return "\n".join(lines)
 
 
 def _random_frames(codec: AudioCodec, seconds: float, seed: int) -> np.ndarray:
@@ -321,12 +384,19 @@ def batching_section(codecs: list[tuple[str, AudioCodec, object, int]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter utterances (smoke run)")
-    parser.add_argument("--only", choices=("bicodec", "snac", "batching"))
+    parser.add_argument("--only", choices=("bicodec", "snac", "batching", "incremental"))
     args = parser.parse_args()
     torch.manual_seed(0)
     from pipecat_veena.codecs.snac import SnacCodec, write_random_checkpoint
 
     parts, command = [], "python -m benchmarks.streaming" + (" --quick" if args.quick else "")
+    if args.only == "incremental":
+        body = incremental_section(args.quick)
+        if not args.quick:
+            update_section("streaming_incremental", "Streaming: incremental BiCodec windows",
+                           command + " --only incremental", body)  # fmt: skip
+        logger.info(f"incremental windows:\n{body}")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         snac_dir = write_random_checkpoint(Path(tmp) / "snac", seed=0)
         if args.only in (None, "bicodec"):

@@ -39,7 +39,7 @@ class FakeBiCodec(AudioCodec):
         out = []
         for w in windows:
             level = (w.frames[:, 0] % 100) / 400.0 + w.condition[0] / 40960.0
-            out.append(np.repeat(level, self.samples_per_frame).astype(np.float32))
+            out.append(self.kept_audio(w, np.repeat(level, self.samples_per_frame)))
         return out
 
 

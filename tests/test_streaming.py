@@ -38,7 +38,7 @@ class FakeCodec(AudioCodec):
 
     def decode_windows(self, windows: Sequence[CodecWindow]) -> list[np.ndarray]:
         self.calls.append([w.num_frames for w in windows])
-        return [self._decode(w) for w in windows]
+        return [self.kept_audio(w, self._decode(w)) for w in windows]
 
     def _decode(self, window: CodecWindow) -> np.ndarray:
         if (window.frames < 0).any():

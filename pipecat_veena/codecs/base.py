@@ -25,16 +25,40 @@ class CodecWindow:
             for a codec without a condition.
         start: absolute index of ``frames[0]`` within its stream, in frames. Codecs whose decode
             depends on position (SNAC's noise) use it so that overlapping windows agree.
+        keep: frames ``[a, b)`` of the window (indices into ``frames``) whose audio the caller
+            wants, or None for all. The rest is context: a codec returns only the kept audio
+            and may skip computing what only the context frames need (BiCodec does).
     """
 
     frames: np.ndarray
     condition: np.ndarray | None = None
     start: int = 0
+    keep: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.keep is not None:
+            a, b = self.keep
+            if not 0 <= a < b <= self.num_frames:
+                raise ValueError(
+                    f"keep={self.keep} must be frames [a, b) with 0 <= a < b <= {self.num_frames} "
+                    f"(the window's length)"
+                )
 
     @property
     def num_frames(self) -> int:
         """Number of frames T in the window."""
-        return int(self.frames.shape[0])
+        return int(np.shape(self.frames)[0])
+
+    @property
+    def kept(self) -> tuple[int, int]:
+        """The frame range whose audio a decode returns (``keep``, or the whole window)."""
+        return self.keep if self.keep is not None else (0, self.num_frames)
+
+    @property
+    def kept_frames(self) -> int:
+        """Frames of audio a decode of this window returns."""
+        a, b = self.kept
+        return b - a
 
 
 class AudioCodec(ABC):
@@ -63,6 +87,15 @@ class AudioCodec(ABC):
         """Frames per second of audio."""
         return self.sample_rate / self.samples_per_frame
 
+    def kept_audio(self, window: CodecWindow, audio: np.ndarray) -> np.ndarray:
+        """The samples of ``window.kept`` out of ``audio``, the decode of the whole window.
+
+        For codecs that decode whole windows (``keep`` is a promise about what is returned, not
+        about what is computed).
+        """
+        a, b = window.kept
+        return audio[a * self.samples_per_frame : b * self.samples_per_frame]
+
     @abstractmethod
     def decode_windows(self, windows: Sequence[CodecWindow]) -> list[np.ndarray]:
         """Decode several windows (possibly of different streams and lengths) in one batch.
@@ -71,6 +104,7 @@ class AudioCodec(ABC):
             windows: the windows to decode; each ``frames`` is (T_i, K) int64.
 
         Returns:
-            One float32 array per window, shape (T_i * samples_per_frame,), values in [-1, 1],
-            equal (to float rounding) to decoding that window alone.
+            One float32 array per window, shape (kept_frames_i * samples_per_frame,) (the whole
+            window unless ``keep`` is set), values in [-1, 1], equal (to float rounding) to
+            the same samples of decoding that window alone.
         """

@@ -176,7 +176,8 @@ class SnacCodec(AudioCodec):
                 ``start`` the absolute frame index (keys the noise).
 
         Returns:
-            float32 (T_i * 2048,) per window, in [-1, 1] at 24 kHz.
+            float32 (kept_frames_i * 2048,) per window (its ``keep`` range, else all of it), in
+            [-1, 1] at 24 kHz.
         """
         for window in windows:
             self.check_frames(window.frames)
@@ -206,7 +207,12 @@ class SnacCodec(AudioCodec):
             finally:
                 self._batch.lengths = self._batch.starts = None
         audio = audio[:, 0].float().cpu().numpy()
-        return [audio[i, : n * self.samples_per_frame].copy() for i, n in enumerate(lengths)]
+        hop = self.samples_per_frame
+        # SNAC decodes whole windows: they are a few frames long (benchmarks/streaming.py).
+        return [
+            self.kept_audio(w, audio[i, : n * hop]).copy()
+            for i, (w, n) in enumerate(zip(windows, lengths, strict=True))
+        ]
 
     def _prepare(self, noise_seed: int) -> None:
         """Fold weight norm, hook the padding mask and swap in (or drop) the noise blocks."""

@@ -75,7 +75,8 @@ class StreamDecoder:
         self._planned = 0
         self._accepted = 0
         self._tail: np.ndarray | None = None
-        #: Codec frames computed (context included) by accepted jobs.
+        #: Frames of the windows of accepted jobs (context included; BiCodec runs its wave
+        #: generator over the emitted frames and its receptive field only).
         self.frames_decoded = 0
         #: Frames whose audio has been returned.
         self.frames_emitted = 0
@@ -116,8 +117,8 @@ class StreamDecoder:
 
         Args:
             job: the next job returned by ``plan`` / ``plan_finish`` (in order).
-            audio: float32 (decode_frames * samples_per_frame,): the codec's output for
-                ``job.window``.
+            audio: float32 (kept_frames * samples_per_frame,): the codec's output for
+                ``job.window`` (its emitted frames, and the crossfade's past them).
 
         Returns:
             float32 (emit_frames * samples_per_frame,) in [-1, 1] at the codec rate.
@@ -125,14 +126,13 @@ class StreamDecoder:
         if job.index != self._accepted:
             raise ValueError(f"job {job.index} accepted before job {self._accepted}: keep order")
         spf, span = self.codec.samples_per_frame, job.span
-        if audio.shape != (span.decode_frames * spf,):
+        if audio.shape != (job.window.kept_frames * spf,):
             raise ValueError(
                 f"job {job.index}: audio of shape {audio.shape}, expected "
-                f"({span.decode_frames * spf},)"
+                f"({job.window.kept_frames * spf},)"
             )
-        begin = (span.emit_start - span.context_start) * spf
-        end = (span.emit_end - span.context_start) * spf
-        out = np.array(audio[begin:end], dtype=np.float32)
+        end = (span.emit_end - span.emit_start) * spf
+        out = np.array(audio[:end], dtype=np.float32)
         if self._tail is not None:
             n = min(len(self._tail), len(out))
             # Both sides estimate the same samples: a linear fade keeps the level (an
@@ -169,7 +169,16 @@ class StreamDecoder:
                 (span.context_end - self._base) * self._k,
             )
             frames = np.array(self._codes[lo:hi], dtype=np.int64).reshape(-1, self._k)
-            window = CodecWindow(frames=frames, condition=self._condition, start=span.context_start)
+            # The codec returns the emitted frames' audio (plus the crossfade's), not the
+            # context's: BiCodec then runs its wave generator over little more than those.
+            fade = -(-self.config.crossfade_samples // self.codec.samples_per_frame)
+            keep = (
+                span.emit_start - span.context_start,
+                min(span.emit_end + fade, span.context_end) - span.context_start,
+            )
+            window = CodecWindow(
+                frames=frames, condition=self._condition, start=span.context_start, keep=keep
+            )
             jobs.append(DecodeJob(window=window, span=span, index=self._planned))
             self._planned += 1
         # Frames before the next window's left context are never needed again.

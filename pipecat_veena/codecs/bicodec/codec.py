@@ -59,13 +59,16 @@ class BiCodecCodec(AudioCodec):
     def decode_windows(self, windows: Sequence[CodecWindow]) -> list[np.ndarray]:
         """Decode windows of semantic tokens, batched, each as if decoded alone.
 
+        With ``keep`` set the wave generator runs over the kept frames plus its own receptive
+        field only (``BiCodecDecoder.forward``): the same samples at a fraction of the work.
+
         Args:
             windows: each ``frames`` (T_i, 1) int64 semantic ids in [0, 8192), ``condition``
                 (32,) int64 global ids in [0, 4096).
 
         Returns:
-            One float32 array per window, shape (T_i * samples_per_frame,), in [-1, 1] at
-            ``sample_rate`` Hz.
+            One float32 array per window, shape (kept_frames_i * samples_per_frame,), in
+            [-1, 1] at ``sample_rate`` Hz.
         """
         if not windows:
             return []
@@ -77,13 +80,18 @@ class BiCodecCodec(AudioCodec):
         for row, (window, length) in enumerate(zip(windows, lengths, strict=True)):
             semantic[row, :length] = window.frames[:, 0]
         globals_ = np.stack([np.asarray(w.condition, dtype=np.int64) for w in windows])
+        keep = torch.tensor([w.kept for w in windows], dtype=torch.int64)
+        whole = all(w.kept == (0, steps) for w in windows)
         wav = self.decoder.decode(
             torch.from_numpy(semantic),
             torch.from_numpy(globals_),
             torch.tensor(lengths, dtype=torch.int64),
+            None if whole else keep,
         ).cpu()
         hop = self.samples_per_frame
-        return [wav[row, : length * hop].numpy() for row, length in enumerate(lengths)]
+        if whole:
+            return [wav[row].numpy() for row in range(len(windows))]
+        return [wav[row, : w.kept_frames * hop].numpy() for row, w in enumerate(windows)]
 
     def _check(self, index: int, window: CodecWindow) -> int:
         """Return the window's length, or raise ValueError naming what is wrong with it."""

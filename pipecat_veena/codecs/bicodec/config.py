@@ -219,6 +219,34 @@ class BiCodecConfig:
         lo, hi = lo - convs * vocos_half, hi + convs * vocos_half
         return max(t - lo, hi - t)
 
+    @property
+    def wave_margins(self) -> list[int]:
+        """Context the generator needs at each of its crop points, in samples of that point's rate.
+
+        Crop points in forward order: the generator input (tokens), after its first conv, then
+        for each up-sampling block after the transposed conv and after each residual unit. To
+        compute the output samples of tokens ``[a, b)`` exactly, the tensor at a crop point of
+        rate ``f`` (samples per token) must cover ``[a * f - m, b * f + m)``. Derived backwards
+        from the output like ``receptive_field``; ``wave_margins[0]`` is the generator's own
+        receptive field in tokens.
+        """
+        half = (WAVE_KERNEL - 1) // 2
+        margin = half  # the final conv
+        out: list[int] = []
+        stages = list(zip(self.decoder.rates, self.decoder.kernel_sizes, strict=True))
+        for rate, kernel in reversed(stages):
+            for dilation in reversed(RESIDUAL_DILATIONS):
+                out.append(margin)
+                margin += dilation * half
+            out.append(margin)  # after the transposed conv
+            pad = (kernel - rate) // 2
+            left = -((pad - kernel - margin) // rate + 1)
+            right = (margin - 1 + pad) // rate + 1
+            margin = max(left, right)
+        out.append(margin)  # after the first conv
+        out.append(margin + half)
+        return out[::-1]
+
     @classmethod
     def from_dict(cls, tokenizer: Mapping[str, Any], *, source: str = "config") -> BiCodecConfig:
         """Build from the ``audio_tokenizer`` mapping (extra keys and blocks are ignored).

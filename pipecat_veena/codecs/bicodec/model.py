@@ -160,26 +160,62 @@ class BiCodecDecoder(nn.Module):
             masks.append(keep[:, None, :].to(self.dtype))
         return masks
 
-    def forward(self, features: Tensor, speaker: Tensor, lengths: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        features: Tensor,
+        speaker: Tensor,
+        lengths: Tensor | None = None,
+        keep: Tensor | None = None,
+    ) -> Tensor:
         """Continuous part of the decode: differentiable, and what ``self.compile()`` compiles.
 
         Args:
             features: (B, T, C) projected codebook vectors (``quantizer`` output).
             speaker: (B, C) speaker vectors (``speaker_encoder`` output).
             lengths: (B,) valid tokens per item, or None when all are T.
+            keep: (B, 2) int64 token range ``[a, b)`` per item whose samples are wanted, or
+                None for all. The generator (most of the work) then runs over each range plus
+                its own receptive field only; the prenet still runs over the whole window.
 
         Returns:
             (B, T * hop) waveform in [-1, 1], in the model dtype; zero past ``lengths * hop``.
+            With ``keep``: (B, K * hop), item b's range first (K the longest range), the rest
+            of its row unspecified.
         """
         masks = self._masks(lengths, features.shape[1])
         x = self.prenet(features, speaker, masks[0])
         x = x + speaker[:, :, None]  # broadcast the speaker vector over time
+        if keep is not None:
+            return self._generate_span(x, lengths, keep)
         wav = self.decoder(x, masks)[:, 0]  # (B, 1, N) -> (B, N)
         return masked(wav, masks[-1])
 
+    def _generate_span(self, x: Tensor, lengths: Tensor | None, keep: Tensor) -> Tensor:
+        """Run the generator over each row's kept tokens plus its own receptive field only.
+
+        Row b's generator input is re-laid so that its kept tokens start at column ``m`` (the
+        generator's receptive field) for every row; what lies outside the row's real tokens is
+        padding, masked as the full decode masks it. Returns (B, K * hop), row b's kept samples
+        first (K the longest kept span).
+        """
+        margins = self.config.wave_margins
+        m = margins[0]
+        batch, _, steps = x.shape
+        lengths = x.new_full((batch,), steps, dtype=torch.int64) if lengths is None else lengths
+        span = int((keep[:, 1] - keep[:, 0]).max())
+        columns = keep[:, :1] - m + torch.arange(span + 2 * m, device=x.device)  # (B, W)
+        gathered = x.gather(2, columns.clamp(0, steps - 1)[:, None, :].expand(-1, x.shape[1], -1))
+        # Real input of row b in the new layout: tokens [0, lengths[b]) of its window.
+        valid = torch.stack([m - keep[:, 0], m - keep[:, 0] + lengths], dim=1)
+        return self.decoder.forward_span(gathered, valid, (m, m + span), margins)[:, 0]
+
     @torch.inference_mode()
     def decode(
-        self, semantic_ids: Tensor, global_ids: Tensor, lengths: Tensor | None = None
+        self,
+        semantic_ids: Tensor,
+        global_ids: Tensor,
+        lengths: Tensor | None = None,
+        keep: Tensor | None = None,
     ) -> Tensor:
         """Decode token ids to audio.
 
@@ -188,16 +224,22 @@ class BiCodecDecoder(nn.Module):
             global_ids: (B, G) int64 in [0, prod(fsq_levels)) (G = 32, 4096 ids official).
             lengths: optional (B,) int64: item b uses only its first lengths[b] tokens; the rest
                 is padding and never changes the real samples.
+            keep: optional (B, 2) int64 token ranges ``[a, b)`` within each item's tokens: only
+                their samples are computed (see ``forward``), equal to the full decode's.
 
         Returns:
             (B, T * hop) float32 waveform in [-1, 1] at ``sample_rate``; zero past
-            ``lengths[b] * hop``.
+            ``lengths[b] * hop``. With ``keep``: (B, K * hop), item b's range first.
         """
         self._check_ids(semantic_ids, global_ids, lengths)
         device = self.device
+        if keep is not None:
+            _check_keep(keep, lengths, semantic_ids.shape)
+            keep = keep.to(device)
         semantic_ids, global_ids = semantic_ids.to(device), global_ids.to(device)
         lengths = None if lengths is None else lengths.to(device)
-        wav = self(self.quantizer(semantic_ids), self.speaker_encoder(global_ids), lengths)
+        features, speaker = self.quantizer(semantic_ids), self.speaker_encoder(global_ids)
+        wav = self(features, speaker, lengths, keep)
         return wav.float()
 
     def _check_ids(self, semantic: Tensor, globals_: Tensor, lengths: Tensor | None) -> None:
@@ -217,6 +259,20 @@ class BiCodecDecoder(nn.Module):
             if lengths.shape != (batch,):
                 raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}")
             _check_range("lengths", lengths, steps + 1)
+
+
+def _check_keep(keep: Tensor, lengths: Tensor | None, shape: torch.Size) -> None:
+    """Raise ValueError unless keep is (B, 2) integer ranges, non-empty, within the tokens."""
+    batch, steps = shape
+    if keep.shape != (batch, 2) or keep.dtype.is_floating_point:
+        raise ValueError(f"keep must be an integer ({batch}, 2) tensor, got {tuple(keep.shape)}")
+    ends = torch.full((batch,), steps) if lengths is None else lengths.cpu()
+    keep = keep.cpu()
+    if bool(((keep[:, 0] < 0) | (keep[:, 1] <= keep[:, 0]) | (keep[:, 1] > ends)).any()):
+        raise ValueError(
+            f"keep ranges must satisfy 0 <= a < b <= the item's length, got {keep.tolist()} "
+            f"for lengths {ends.tolist()}"
+        )
 
 
 def _check_range(name: str, ids: Tensor, size: int) -> None:

@@ -330,3 +330,57 @@ class WaveGenerator(nn.Module):
         for i, block in enumerate(blocks):
             x = block(x, masks[i], masks[i + 1])
         return torch.tanh(last(masked(snake(x, inplace=True), masks[-1])))[:, :, 0, :]
+
+    def forward_span(
+        self, x: Tensor, valid: Tensor, keep: tuple[int, int], margins: list[int]
+    ) -> Tensor:
+        """The samples of tokens ``keep`` only: each stage computes its span plus its own context.
+
+        Equal (to float rounding) to ``forward`` on the same input cropped to those samples, at
+        a fraction of its cost: after every time-mixing layer the tensor is cut down to what the
+        rest of the generator still needs (``margins``, from ``BiCodecConfig.wave_margins``),
+        so the high-rate stages, most of the work, run over little more than the kept span.
+
+        Args:
+            x: (B, C, T) generator input at the token rate.
+            valid: (B, 2) int64 token range ``[lo, hi)`` of real input per row; outside it the
+                input counts as zero padding (a stream edge or the end of a window), as in
+                ``forward``'s masks.
+            keep: token range ``[a, b)`` whose samples are returned, with ``margins[0]`` tokens
+                of input on each side (or padding beyond ``valid``).
+            margins: context per crop point, in samples of its rate (see ``wave_margins``).
+
+        Returns:
+            (B, d_out, (b - a) * hop) waveform in [-1, 1].
+        """
+        a, b = keep
+        points = iter(margins)
+        span = [0, x.shape[-1], 1]  # covered [lo, hi) at the current rate, samples per token
+
+        def crop(t: Tensor, rate: int = 1) -> tuple[Tensor, Tensor | None]:
+            """Cut t (B, C, 1, W) to the next crop point's span; its padding mask there."""
+            span[0], span[1], span[2] = span[0] * rate, span[1] * rate, span[2] * rate
+            m, f = next(points), span[2]
+            lo, hi = max(span[0], a * f - m), min(span[1], b * f + m)
+            if (lo, hi) != (span[0], span[1]):
+                t = t[..., lo - span[0] : hi - span[0]]
+                t = t.contiguous(memory_format=torch.channels_last)
+                span[0], span[1] = lo, hi
+            pos = torch.arange(lo, hi, device=t.device)
+            keep_ = (pos >= valid[:, :1] * f) & (pos < valid[:, 1:] * f)  # (B, W)
+            mask = None if bool(keep_.all()) else keep_[:, None, None, :].to(t.dtype)
+            return t, mask
+
+        x = x[:, :, None, :].contiguous(memory_format=torch.channels_last)  # (B, C, 1, T)
+        first, *blocks, snake, last, _ = self.model
+        x, mask = crop(x)
+        x, mask = crop(first(masked(x, mask)))
+        for block in blocks:
+            up_snake, up, *units = block.block
+            x, mask_out = crop(up(masked(up_snake(x), mask)), up.stride[0])
+            for unit in units:
+                x, mask_out = crop(unit(x, mask_out))
+            mask = mask_out
+        wav = torch.tanh(last(masked(snake(x, inplace=True), mask)))[:, :, 0, :]
+        f = span[2]
+        return wav[..., a * f - span[0] : b * f - span[0]]
