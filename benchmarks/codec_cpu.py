@@ -183,9 +183,13 @@ def _lockstep(codec, streams: int, steps: int) -> tuple[float, int]:
     return cpu, samples
 
 
-def streamed_section(quick: bool) -> str:
+def streamed_section(quick: bool, reach: bool = True) -> str:
     """Receptive fields measured on the code, and streamed CPU time old against new."""
     from benchmarks.streaming import WholeWindows, _bicodec
+
+    if not reach:
+        codec = _bicodec("project")
+        return _streamed_cpu(codec, WholeWindows(codec), quick)
 
     lines = [
         "Receptive fields measured on the code (real config, one token changed in 200, output "
@@ -203,9 +207,12 @@ def streamed_section(quick: bool) -> str:
         bound = cfg.wave_margins[0]
         lines.append(f"| {kind} | {prenet} ({cfg.receptive_field - bound}) | {wave} ({bound}) |")
         logger.info(lines[-1])
-    old = WholeWindows(codec)
+    return "\n".join(lines) + "\n\n" + _streamed_cpu(codec, WholeWindows(codec), quick)
+
+
+def _streamed_cpu(codec: BiCodecCodec, old, quick: bool) -> str:
     repeats = 1 if quick else 3
-    lines += [
+    lines = [
         "",
         "Codec CPU time (process time inside codec calls, both threads, best of "
         f"{repeats}) of whole utterances streamed with the default schedule, *project* "
@@ -247,13 +254,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--quick", action="store_true", help="smoke run; writes no section")
+    parser.add_argument("--no-reach", action="store_true", help="--streamed without the fields")
     args = parser.parse_args()
     if args.quick:
         args.tokens, args.batches, args.repeats, args.no_compile = 50, "1,2", 1, True
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
     if args.streamed:
-        body = streamed_section(args.quick)
+        body = streamed_section(args.quick, reach=not args.no_reach)
         print(body)
         if not args.quick:
             update_section("codec_cpu_streamed", "BiCodec streamed on CPU: incremental windows",
