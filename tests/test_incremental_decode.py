@@ -102,7 +102,8 @@ def test_streams_equal_the_whole_window_streams_at_every_chunk_size(
         assert {4, 8, 16, 32, 64, 128} <= set(sizes)
     np.testing.assert_allclose(new, old, atol=ATOL)
     offline = codec.decode_windows([CodecWindow(frames=frames, condition=globals_)])[0]
-    assert snr_db(offline, new) >= snr_db(offline, old) - 0.01
+    # No worse than the old path, unless both are exact (float rounding: above 120 dB).
+    assert snr_db(offline, new) >= min(snr_db(offline, old) - 0.01, 120.0)
 
 
 async def test_batched_streams_with_one_aborted_mid_utterance_equal_their_solo_runs(
