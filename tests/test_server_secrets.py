@@ -38,6 +38,10 @@ INTERNAL_DETAIL = "cuda context lost at /srv/models/private-checkpoint"
 VARIABLE_MARKS = ("│ ", "└ ")
 
 
+#: uvicorn's loggers that its default log config stops from propagating.
+_UVICORN = ("uvicorn", "uvicorn.access")
+
+
 class _Captured:
     """Every log line at every level: a loguru sink with loguru's defaults (what a program that
     embeds ``create_app`` has, ``diagnose`` on) and a stdlib handler for uvicorn's loggers."""
@@ -53,6 +57,11 @@ class _Captured:
         self._level = root.level
         root.addHandler(self._handler)
         root.setLevel(1)
+        # uvicorn's default log config (any uvicorn.Config an earlier test or library made in
+        # this process) stops its loggers propagating to the root: let them, while capturing.
+        self._propagate = {name: logging.getLogger(name).propagate for name in _UVICORN}
+        for name in _UVICORN:
+            logging.getLogger(name).propagate = True
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -60,6 +69,8 @@ class _Captured:
         root = logging.getLogger()
         root.removeHandler(self._handler)
         root.setLevel(self._level)
+        for name, propagate in self._propagate.items():
+            logging.getLogger(name).propagate = propagate
 
     @property
     def text(self) -> str:
