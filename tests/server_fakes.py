@@ -182,6 +182,19 @@ class RawClient:
             ):
                 return frames, message
 
+    async def until_all_end(self, uids: list[str], wait_s: float = 60.0) -> dict:
+        """The message that ended each of ``uids`` (done, or an error that ended it), in
+        whatever order the utterances finish (audio frames are skipped)."""
+        ends: dict = {}
+        while len(ends) < len(uids):
+            message = await self.recv(wait_s)
+            uid = getattr(message, "id", None)
+            if not isinstance(message, AudioFrame) and uid in uids and (
+                message.type == "done" or getattr(message, "ended", False)
+            ):
+                ends[uid] = message
+        return ends
+
     async def closed(self, wait_s: float = 30.0) -> int:
         """Read until the server closes; returns the close code."""
         try:
