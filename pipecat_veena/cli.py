@@ -38,6 +38,18 @@ def _codec_dtype(args: argparse.Namespace) -> str | None:
     return None if args.codec_dtype == "auto" else args.codec_dtype
 
 
+def _engine_config(args: argparse.Namespace, checkpoint: Path, **settings: object) -> object:
+    """The ``EngineConfig`` of ``say`` and ``serve``.
+
+    The checkpoint, ``--device`` and ``--codec-dtype``, plus ``settings``.
+    """
+    from pipecat_veena.engine import EngineConfig
+
+    return EngineConfig(
+        checkpoint=checkpoint, device=args.device, codec_dtype=_codec_dtype(args), **settings
+    )
+
+
 def _add_device_arguments(parser: argparse.ArgumentParser) -> None:
     """``--device`` and ``--codec-dtype``, shared by ``say`` and ``serve``."""
     parser.add_argument("--device", default="auto", help="codec device: auto, cpu, cuda")
@@ -51,18 +63,11 @@ def _add_device_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _say_async(args: argparse.Namespace, checkpoint: Path) -> int:
-    from pipecat_veena.engine import EngineConfig, VeenaEngine
+    from pipecat_veena.engine import VeenaEngine
     from pipecat_veena.wav_sink import say_to_wav
 
     quiet = {} if args.verbose else {"engine_kwargs": {"use_tqdm_on_load": False}}
-    engine = VeenaEngine(
-        EngineConfig(
-            checkpoint=checkpoint,
-            device=args.device,
-            codec_dtype=_codec_dtype(args),
-            generator_kwargs=quiet,
-        )
-    )
+    engine = VeenaEngine(_engine_config(args, checkpoint, generator_kwargs=quiet))
     try:
         await engine.start()
         result = await say_to_wav(
@@ -163,7 +168,7 @@ def _server_settings(args: argparse.Namespace) -> object:
 
 async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: object) -> int:
     from pipecat_veena.demo import is_demo_checkpoint
-    from pipecat_veena.engine import EngineConfig, VeenaEngine
+    from pipecat_veena.engine import VeenaEngine
     from pipecat_veena.server import ServerHandle, create_app
     from pipecat_veena.server.runner import serve_until_signalled
 
@@ -173,13 +178,7 @@ async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: obj
 
     voices_file = args.voices_file or default_voices_file(checkpoint)
     engine = VeenaEngine(
-        EngineConfig(
-            checkpoint=checkpoint,
-            device=args.device,
-            codec_dtype=_codec_dtype(args),
-            generator_kwargs=quiet_load,
-            voices_file=voices_file,
-        )
+        _engine_config(args, checkpoint, generator_kwargs=quiet_load, voices_file=voices_file)
     )
     app = create_app(engine, settings, demo=is_demo_checkpoint(checkpoint))  # type: ignore[arg-type]
     handle = ServerHandle(
