@@ -251,6 +251,9 @@ class VllmGenerator(TokenGenerator):
         if on_cpu:
             # Puts the worker inside EngineCore: half the start time, one process fewer.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            # EngineCore's OpenMP threads sleep between steps instead of spinning on their
+            # core, where the codec decodes too (BENCHMARKS.md, threads).
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
