@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -733,6 +734,13 @@ def load_codec(layout: Any, cfg: EngineConfig) -> AudioCodec:
     def load(dtype: Any) -> AudioCodec:
         return codec_class.from_pretrained(layout.codec_dir, device=device, dtype=dtype)
 
+    if torch.device(device).type == "cpu":
+        # Left at torch's default (one per core) on purpose: beside vLLM's CPU engine, which
+        # binds its own OpenMP threads, one codec thread was slower (BENCHMARKS.md, threads).
+        logger.info(
+            f"codec on the CPU with {torch.get_num_threads()} torch threads "
+            f"({os.cpu_count()} cores; torch.set_num_threads before start changes it)"
+        )
     if cfg.codec_dtype:
         return load(getattr(torch, cfg.codec_dtype))
     if torch.device(device).type == "cpu":
