@@ -183,6 +183,10 @@ def _lockstep(codec, streams: int, steps: int) -> tuple[float, int]:
     return cpu, samples
 
 
+def _lockstep_cpu(codec, streams: int, steps: int) -> float:
+    return _lockstep(codec, streams, steps)[0]
+
+
 def streamed_section(quick: bool, reach: bool = True) -> str:
     """Receptive fields measured on the code, and streamed CPU time old against new."""
     from benchmarks.streaming import WholeWindows, _bicodec
@@ -211,31 +215,97 @@ def streamed_section(quick: bool, reach: bool = True) -> str:
 
 
 def _streamed_cpu(codec: BiCodecCodec, old, quick: bool) -> str:
+    """Streamed CPU time, old against new, in float32 and in bfloat16 (new path only)."""
+    import copy
+
+    fast = BiCodecCodec(copy.deepcopy(codec.decoder).to(torch.bfloat16))
     repeats = 1 if quick else 3
     lines = [
         "",
-        "Codec CPU time (process time inside codec calls, both threads, best of "
-        f"{repeats}) of whole utterances streamed with the default schedule, *project* "
-        "weights, random tokens; *old* decodes every window whole, *new* (default) runs the "
-        "wave generator over the emitted frames plus its receptive field only.",
+        "Codec CPU time of whole utterances streamed with the default schedule (process time "
+        f"inside codec calls, both threads, best of {repeats}), *project* weights, random tokens, "
+        "ms of CPU per second of audio. *old*: every window decoded whole (before issue 21); "
+        "*new*: the wave generator over the emitted frames plus its receptive field only (the "
+        "default); bf16: the same weights in bfloat16 (what the start-up probe picks on a CPU "
+        "with native bfloat16, as here). Batched cases: that many streams in lockstep, their "
+        "due windows decoded together (the DecodeBatcher's length groups).",
         "",
-        "| case | offline decode | old | new | old / offline | new / offline | new vs old |",
-        "|---|---|---|---|---|---|---|",
+        "| streams x length | offline fp32 | old fp32 | new fp32 | offline bf16 | new bf16 "
+        "| new / offline: fp32; bf16 | old fp32 over new fp32; over new bf16 |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     cases = [(1, 2), (1, 5)] if quick else [(1, 2), (1, 5), (4, 5), (8, 5)]
     for streams, seconds in cases:
         steps = seconds * 50
         sem = torch.cat([_tokens(1, steps, seed=100 + i)[0] for i in range(streams)])
         glob = torch.cat([_tokens(1, steps, seed=100 + i)[1] for i in range(streams)])
-        decode = partial(codec.decoder.decode, sem, glob)
-        offline = min(_cpu_timed(decode) for _ in range(repeats))
-        t_old = min(_lockstep(old, streams, steps)[0] for _ in range(repeats))
-        t_new = min(_lockstep(codec, streams, steps)[0] for _ in range(repeats))
-        audio = streams * seconds
+        cpu = {}
+        for name, run in (
+            ("offline fp32", partial(_cpu_timed, partial(codec.decoder.decode, sem, glob))),
+            ("offline bf16", partial(_cpu_timed, partial(fast.decoder.decode, sem, glob))),
+            ("old fp32", partial(_lockstep_cpu, old, streams, steps)),
+            ("new fp32", partial(_lockstep_cpu, codec, streams, steps)),
+            ("new bf16", partial(_lockstep_cpu, fast, streams, steps)),
+        ):
+            cpu[name] = min(run() for _ in range(repeats))
+        per_s = {k: f"{1000 * v / (streams * seconds):.0f}" for k, v in cpu.items()}
         lines.append(
-            f"| {streams} x {seconds} s: ms CPU per audio second | {1000 * offline / audio:.0f} | "
-            f"{1000 * t_old / audio:.0f} | {1000 * t_new / audio:.0f} | "
-            f"{t_old / offline:.2f}x | {t_new / offline:.2f}x | {t_old / t_new:.2f}x better |"
+            f"| {streams} x {seconds} s | {per_s['offline fp32']} | {per_s['old fp32']} | "
+            f"{per_s['new fp32']} | {per_s['offline bf16']} | {per_s['new bf16']} | "
+            f"{cpu['new fp32'] / cpu['offline fp32']:.2f}x; "
+            f"{cpu['new bf16'] / cpu['offline bf16']:.2f}x | "
+            f"{cpu['old fp32'] / cpu['new fp32']:.2f}x; {cpu['old fp32'] / cpu['new bf16']:.2f}x |"
+        )
+        logger.info(lines[-1])
+    return "\n".join(lines) + "\n"
+
+
+def parts_section(repeats: int = 3) -> str:
+    """CPU time of the prenet and the wave generator, one streamed stream against offline."""
+    from benchmarks.streaming import _bicodec
+
+    codec = _bicodec("project")
+    dec, spent = codec.decoder, {"prenet": 0.0, "wave": 0.0}
+
+    def timed(part: str, fn: Callable) -> Callable:
+        def run(*args, **kwargs):
+            start = time.process_time()
+            out = fn(*args, **kwargs)
+            spent[part] += time.process_time() - start
+            return out
+
+        return run
+
+    dec.prenet.forward = timed("prenet", dec.prenet.forward)
+    dec.decoder.forward = timed("wave", dec.decoder.forward)
+    dec.decoder.forward_span = timed("wave", dec.decoder.forward_span)
+    lines = [
+        "One stream, *project* weights, fp32, 2 threads: process time inside each part of the "
+        f"decoder (best of {repeats}), streamed with the default schedule against one offline "
+        "decode of the same tokens.",
+        "",
+        "| length | prenet offline | prenet streamed | wave generator offline "
+        "| wave generator streamed | prenet share offline; streamed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for seconds in (2, 5):
+        steps = seconds * 50
+        sem, glob = _tokens(1, steps, seed=100)
+        best: dict[str, dict[str, float]] = {}
+        for name, run in (
+            ("offline", partial(dec.decode, sem, glob)),
+            ("streamed", partial(_lockstep, codec, 1, steps)),
+        ):
+            for _ in range(repeats):
+                spent.update(prenet=0.0, wave=0.0)
+                run()
+                if name not in best or sum(spent.values()) < sum(best[name].values()):
+                    best[name] = dict(spent)
+        off, st = best["offline"], best["streamed"]
+        lines.append(
+            f"| {seconds} s | {off['prenet']:.2f} s | {st['prenet']:.2f} s | {off['wave']:.2f} s "
+            f"| {st['wave']:.2f} s | {off['prenet'] / sum(off.values()):.0%}; "
+            f"{st['prenet'] / sum(st.values()):.0%} |"
         )
         logger.info(lines[-1])
     return "\n".join(lines) + "\n"
@@ -255,11 +325,19 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--quick", action="store_true", help="smoke run; writes no section")
     parser.add_argument("--no-reach", action="store_true", help="--streamed without the fields")
+    parser.add_argument("--parts", action="store_true", help="only the prenet / generator split")
     args = parser.parse_args()
     if args.quick:
         args.tokens, args.batches, args.repeats, args.no_compile = 50, "1,2", 1, True
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
+    if args.parts:
+        body = parts_section(1 if args.quick else 3)
+        print(body)
+        if not args.quick:
+            update_section("codec_cpu_parts", "BiCodec streamed on CPU: where the time goes",
+                           COMMAND + " --parts", body)  # fmt: skip
+        return
     if args.streamed:
         body = streamed_section(args.quick, reach=not args.no_reach)
         print(body)
