@@ -363,6 +363,7 @@ function onPlayer(stats) {
   u.played = stats.played;
   u.buffered = stats.buffered;
   u.underruns = stats.underruns;
+  if (stats.event === "underrun") u.underrunsAt.push(stats.played / u.sampleRate);
   u.playedAt = stats.at;
   if (u.firstSoundMs === null && stats.soundAt !== null) {
     u.firstSoundMs = contextTimeToPage(audio.ctx, stats.soundAt) - u.sentAt;
@@ -408,6 +409,7 @@ function newUtterance(id, rate, text) {
     played: 0,
     buffered: 0,
     underruns: 0,
+    underrunsAt: [], // seconds of audio played when each underrun began
     playedAt: null, // when sample `played` plays, on the AudioContext's clock (the player's)
     words: [], // the server's word timings ({word, start, end, offset}), as they come
     current: -1, // the word being played (an index into words), -1: none
