@@ -58,6 +58,15 @@ def update_section(name: str, title: str, command: str, body: str) -> Path:
     return BENCHMARKS_MD
 
 
+def publish(name: str, title: str, command: str, body: str | list[str], write: bool) -> None:
+    """Print a benchmark's figures (text, or its lines) and, with ``write``, put them in
+    BENCHMARKS.md as section ``name``."""
+    body = body if isinstance(body, str) else "\n".join(body) + "\n"
+    print(body)
+    if write:
+        update_section(name, title, command, body)
+
+
 def percentile(values: list[float], q: float) -> float | None:
     """The ``q`` quantile (0..1) of ``values`` by nearest rank; None when there are none."""
     if not values:

@@ -20,7 +20,7 @@ import time
 
 from loguru import logger
 
-from benchmarks._report import update_section
+from benchmarks._report import publish
 
 COMMAND = ".venv/bin/python -m benchmarks.codec_compile"
 SECONDS = 5
@@ -93,11 +93,8 @@ def main() -> None:
         )
         + "; every new window shape may compile again.",
     ]
-    body = "\n".join(lines) + "\n"
-    print(body)
-    if not args.no_write:
-        update_section("codec_compile", "torch.compile for the streaming codec on CPU", COMMAND,
-                       body)  # fmt: skip
+    title = "torch.compile for the streaming codec on CPU"
+    publish("codec_compile", title, COMMAND, lines, not args.no_write)
 
 
 if __name__ == "__main__":

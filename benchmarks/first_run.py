@@ -21,7 +21,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from benchmarks._report import update_section
+from benchmarks._report import publish
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = ".venv/bin/python -m benchmarks.first_run"
@@ -95,10 +95,8 @@ def main() -> None:
         lines.append(
             f"| {name} | {r['wall']:.0f} s | {train} | {r['ttfa']:.0f} ms | {r['rtf']:.2f} |"
         )
-    body = "\n".join(lines) + "\n"
-    print(body)
-    if not args.no_write:
-        update_section("first_run", "First run of the demo against later runs", COMMAND, body)
+    publish("first_run", "First run of the demo against later runs", COMMAND, lines,
+            not args.no_write)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from benchmarks._report import update_section
+from benchmarks._report import publish
 from pipecat_veena.demo import build_demo_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,9 +120,8 @@ def main() -> None:
         with serve([*command, "--port", str(port)], port=port, log=log, ready_path="/ready"):
             rows = asyncio.run(_speak_examples(f"http://127.0.0.1:{port}", args.rounds))
     body = _section(args.kind, rows)
-    print(body)
-    if not args.no_write:
-        update_section("playground", "Playground page on the demo checkpoint", COMMAND, body)
+    title = "Playground page on the demo checkpoint"
+    publish("playground", title, COMMAND, body, not args.no_write)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from benchmarks._report import update_section
+from benchmarks._report import publish
 
 COMMAND = ".venv/bin/python -m benchmarks.threads"
 CONCURRENCY = (1, 4)
@@ -148,10 +148,7 @@ def main() -> None:
                 f"{statistics.median(r['rtf'] for r in rows):.2f} | "
                 f"{statistics.median(r['cpu_per_audio_s'] for r in rows):.2f} s |"
             )
-    body = "\n".join(lines) + "\n"
-    print(body)
-    if not args.no_write:
-        update_section("threads", "Threads beside the vLLM CPU engine", COMMAND, body)
+    publish("threads", "Threads beside the vLLM CPU engine", COMMAND, lines, not args.no_write)
 
 
 if __name__ == "__main__":
