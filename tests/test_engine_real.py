@@ -276,26 +276,3 @@ async def test_snac_stream_length_matches_its_frames(veena):
         assert codes
         assert len(pcm) == 2048 * (len(codes) // 7)  # a frame cut by the cap is dropped
     assert engine.stats()["unfinished_requests"] == 0
-
-
-async def test_the_cpu_engine_process_waits_passively_between_steps(spark_generator):
-    # vLLM's EngineCore binds OpenMP threads to a core the codec shares; busy-waiting there cost
-    # a quarter of the throughput (BENCHMARKS.md, threads). The generator sets
-    # OMP_WAIT_POLICY=PASSIVE (unless the user chose a policy) before vLLM spawns its processes.
-    # EngineCore renames itself (setproctitle), which blanks its /proc environ; the processes
-    # spawned beside it (multiprocessing's resource tracker) show the environment they all got.
-    import os
-
-    import psutil
-
-    expected = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
-    seen = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            env = child.environ()
-        except psutil.Error:
-            continue
-        if env:  # not blanked by a process title
-            seen.append(env.get("OMP_WAIT_POLICY"))
-    assert seen, "no process spawned by the engine shows its environment"
-    assert set(seen) == {expected}, f"spawned with OMP_WAIT_POLICY {seen}, not {expected}"

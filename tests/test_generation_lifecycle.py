@@ -106,6 +106,53 @@ def test_engine_process_ends_with_its_owner(tmp_path: Path, spark_tiny_checkpoin
             owner.kill()
 
 
+@pytest.mark.parametrize("chosen", [None, "ACTIVE"])
+def test_engine_processes_wait_passively_unless_the_user_chose(
+    tmp_path: Path, spark_tiny_checkpoint: Path, chosen: str | None
+):
+    # vLLM's EngineCore binds OpenMP threads to a core the codec shares; busy-waiting there cost
+    # a quarter of the throughput (BENCHMARKS.md, threads). The generator sets
+    # OMP_WAIT_POLICY=PASSIVE before vLLM spawns its processes, unless the user set a policy.
+    # EngineCore renames itself (setproctitle), which blanks its /proc environ; the process
+    # spawned beside it (multiprocessing's resource tracker) shows the environment they got.
+    # A fresh owner process, so that nothing started earlier in the session is looked at.
+    script = tmp_path / "owner.py"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env |= {"VLLM_LOGGING_LEVEL": "WARNING", **({"OMP_WAIT_POLICY": chosen} if chosen else {})}
+    owner = subprocess.Popen(
+        [sys.executable, str(script), str(spark_tiny_checkpoint / "LLM")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    children: list[psutil.Process] = []
+    try:
+        assert any(line.strip() == "ready" for line in owner.stdout), "the engine never started"
+        children = psutil.Process(owner.pid).children(recursive=True)
+        policies = []
+        for child in children:
+            try:
+                child_env = child.environ()
+            except psutil.Error:
+                continue
+            if child_env:  # not blanked by a process title
+                policies.append(child_env.get("OMP_WAIT_POLICY"))
+        assert policies, "no process spawned by the engine shows its environment"
+        assert set(policies) == {chosen or "PASSIVE"}, policies
+    finally:
+        owner.send_signal(signal.SIGTERM)
+        try:
+            owner.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            owner.kill()
+            owner.wait()
+        _, alive = psutil.wait_procs(children, timeout=15)
+        for child in alive:
+            child.kill()
+
+
 def _alive(process: psutil.Process) -> bool:
     try:
         return process.status() != psutil.STATUS_ZOMBIE
