@@ -734,7 +734,8 @@ def load_codec(layout: Any, cfg: EngineConfig) -> AudioCodec:
     def load(dtype: Any) -> AudioCodec:
         return codec_class.from_pretrained(layout.codec_dir, device=device, dtype=dtype)
 
-    if torch.device(device).type == "cpu":
+    on_cpu = torch.device(device).type == "cpu"
+    if on_cpu:
         # Left at torch's default (one per core) on purpose: beside vLLM's CPU engine, which
         # binds its own OpenMP threads, one codec thread was slower (BENCHMARKS.md, threads).
         logger.info(
@@ -743,7 +744,7 @@ def load_codec(layout: Any, cfg: EngineConfig) -> AudioCodec:
         )
     if cfg.codec_dtype:
         return load(getattr(torch, cfg.codec_dtype))
-    if torch.device(device).type == "cpu":
+    if on_cpu:
         from pipecat_veena.codecs.probe import choose_cpu_dtype
 
         return choose_cpu_dtype(load)[0]
