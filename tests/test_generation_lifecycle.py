@@ -67,22 +67,13 @@ if __name__ == "__main__":
 
 @pytest.mark.parametrize("how", ["sigterm", "exit", "thread-sigterm", "thread-reader"])
 def test_engine_process_ends_with_its_owner(tmp_path: Path, spark_tiny_checkpoint: Path, how):
-    script = tmp_path / "owner.py"
     if how.startswith("thread"):
         body = THREAD_SCRIPT
         args = [str(spark_tiny_checkpoint), how.removeprefix("thread-")]
     else:
         body = SCRIPT if how == "sigterm" else SCRIPT.replace("await asyncio.sleep(600)", "pass")
         args = [str(spark_tiny_checkpoint / "LLM")]
-    script.write_text(body)
-    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
-    owner = subprocess.Popen(
-        [sys.executable, str(script), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
+    owner = _spawn_owner(tmp_path, body, args, dict(os.environ))
     try:
         # vLLM logs to stdout too: read up to our marker (or EOF if the owner died).
         assert any(line.strip() == "ready" for line in owner.stdout), "the engine never started"
@@ -116,17 +107,9 @@ def test_engine_processes_wait_passively_unless_the_user_chose(
     # EngineCore renames itself (setproctitle), which blanks its /proc environ; the process
     # spawned beside it (multiprocessing's resource tracker) shows the environment they got.
     # A fresh owner process, so that nothing started earlier in the session is looked at.
-    script = tmp_path / "owner.py"
-    script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    env |= {"VLLM_LOGGING_LEVEL": "WARNING", **({"OMP_WAIT_POLICY": chosen} if chosen else {})}
-    owner = subprocess.Popen(
-        [sys.executable, str(script), str(spark_tiny_checkpoint / "LLM")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
+    env |= {"OMP_WAIT_POLICY": chosen} if chosen else {}
+    owner = _spawn_owner(tmp_path, SCRIPT, [str(spark_tiny_checkpoint / "LLM")], env)
     children: list[psutil.Process] = []
     try:
         assert any(line.strip() == "ready" for line in owner.stdout), "the engine never started"
@@ -151,6 +134,21 @@ def test_engine_processes_wait_passively_unless_the_user_chose(
         _, alive = psutil.wait_procs(children, timeout=15)
         for child in alive:
             child.kill()
+
+
+def _spawn_owner(
+    tmp_path: Path, body: str, args: list[str], env: dict[str, str]
+) -> subprocess.Popen:
+    """Run the owner script ``body`` (it prints "ready" once its engine started), vLLM quiet."""
+    script = tmp_path / "owner.py"
+    script.write_text(body)
+    return subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**env, "VLLM_LOGGING_LEVEL": "WARNING"},
+    )
 
 
 def _alive(process: psutil.Process) -> bool:
