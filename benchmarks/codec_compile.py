@@ -67,7 +67,7 @@ def main() -> None:
                 wall, calls = _stream(codec, seed=200 + i)
                 rows.append((name, i + 1, wall, calls))
                 logger.info(f"{name}: utterance {i + 1}: {wall:.2f} s, {calls} codec calls")
-        frames = torch._dynamo.utils.counters["stats"].get("unique_graphs", 0)
+        graphs = torch._dynamo.utils.counters["stats"].get("unique_graphs", 0)
     lines = [
         f"{UTTERANCES} streamed utterances of {SECONDS} s each (default schedule, real config, "
         "bfloat16, 2 threads), wall time inside codec calls; fresh inductor cache.",
@@ -82,7 +82,7 @@ def main() -> None:
     saved = eager_warm - min(comp[1:])
     lines += [
         "",
-        f"Graphs compiled: {frames}. The first compiled utterance costs {comp[0]:.1f} s against "
+        f"Graphs compiled: {graphs}. The first compiled utterance costs {comp[0]:.1f} s against "
         f"{eager_warm:.1f} s eager; later ones {min(comp[1:]):.2f} s (saving {saved:.2f} s per "
         f"{SECONDS} s of audio), so "
         + (

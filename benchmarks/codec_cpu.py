@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from loguru import logger
 
-from benchmarks._report import update_section
+from benchmarks._report import publish
 from pipecat_veena.codecs.base import CodecWindow
 from pipecat_veena.codecs.bicodec import BiCodecCodec, BiCodecDecoder, write_random_checkpoint
 from pipecat_veena.codecs.bicodec.checkpoint import REAL_CONFIG
@@ -332,18 +332,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
     if args.parts:
+        title = "BiCodec streamed on CPU: where the time goes"
         body = parts_section(1 if args.quick else 3)
-        print(body)
-        if not args.quick:
-            update_section("codec_cpu_parts", "BiCodec streamed on CPU: where the time goes",
-                           COMMAND + " --parts", body)  # fmt: skip
+        publish("codec_cpu_parts", title, COMMAND + " --parts", body, not args.quick)
         return
     if args.streamed:
+        title = "BiCodec streamed on CPU: incremental windows"
         body = streamed_section(args.quick, reach=not args.no_reach)
-        print(body)
-        if not args.quick:
-            update_section("codec_cpu_streamed", "BiCodec streamed on CPU: incremental windows",
-                           COMMAND + " --streamed", body)  # fmt: skip
+        publish("codec_cpu_streamed", title, COMMAND + " --streamed", body, not args.quick)
         return
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -382,9 +378,7 @@ def main() -> None:
         f"(batch 1, 1 thread, best of 5); random-weight output rms "
         f"{float(tiny_wav.pow(2).mean().sqrt()):.3f}, peak {float(tiny_wav.abs().max()):.3f}.\n"
     )
-    print(body)
-    if not args.quick:
-        update_section("codec_cpu", "BiCodec decoder on CPU (codec_cpu)", COMMAND, body)
+    publish("codec_cpu", "BiCodec decoder on CPU (codec_cpu)", COMMAND, body, not args.quick)
 
 
 def _np_tokens(steps: int) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from loguru import logger
 
-from benchmarks._report import update_section
+from benchmarks._report import publish, update_section
 from pipecat_veena.audio import snr_db
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow
 from pipecat_veena.streaming import StreamConfig, StreamDecoder
@@ -391,11 +391,10 @@ def main() -> None:
 
     parts, command = [], "python -m benchmarks.streaming" + (" --quick" if args.quick else "")
     if args.only == "incremental":
+        title = "Streaming: incremental BiCodec windows"
         body = incremental_section(args.quick)
-        if not args.quick:
-            update_section("streaming_incremental", "Streaming: incremental BiCodec windows",
-                           command + " --only incremental", body)  # fmt: skip
-        logger.info(f"incremental windows:\n{body}")
+        publish("streaming_incremental", title, command + " --only incremental", body,
+                not args.quick)  # fmt: skip
         return
     with tempfile.TemporaryDirectory() as tmp:
         snac_dir = write_random_checkpoint(Path(tmp) / "snac", seed=0)
