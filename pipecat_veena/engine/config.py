@@ -48,8 +48,7 @@ class EngineConfig:
         decode_max_wait_ms: how long a window may wait for others to batch with.
         min_buffer_s: the least audio to keep ahead of the listener: when waiting for the next
             (grown) chunk would leave less, a chunk is decoded at once instead, so playback stays
-            gapless even when the LLM runs at less than twice real time (unless decoding itself
-            is the bottleneck, when growing chunks are cheaper).
+            gapless even when the LLM runs at less than twice real time.
         warmup: run one short utterance at start so the first call is not slow (it pins the
             default voice, sampled with ``warmup_seed``, unless a voices file pinned it).
         warmup_seed: sampling seed of the warm-up utterance.

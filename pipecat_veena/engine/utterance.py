@@ -107,7 +107,6 @@ class Utterance:
         self.first_code_at = 0.0
         self.first_token_at: float | None = None  # perf_counter of the first LLM token
         self.last_decode_s = 0.0
-        self.last_chunk_s = 0.0
         self.llm_request_id: str | None = None
         self.started = time.perf_counter()
         self.trace: UtteranceTrace | None = None  # set by the engine when traced
@@ -251,17 +250,19 @@ class Utterance:
         """True when waiting for the next grown chunk would let the listener's buffer run dry.
 
         The wait is estimated from this request's own generation rate; the margin is the
-        configured minimum buffer or 1.5 times the last decode time, whichever is larger. When
-        decoding itself is the bottleneck (the last chunk took more than half its own duration
-        to decode, as with a large codec on CPU), smaller chunks would only cost more per frame:
-        then the chunks keep growing.
+        configured minimum buffer or 1.5 times the last decode time, whichever is larger. A
+        request generated slower than real time never hurries (it would only add decode work).
+        It hurries even when the last chunk took longer to decode than it lasts (a small chunk
+        of a large codec on CPU: most of its cost is the codec's fixed context): an urgent chunk
+        is never smaller than the previous one, and waiting for the doubled chunk instead
+        starved the listener at every doubling (BENCHMARKS.md, playground).
 
         Never for a request with a seed: hurrying depends on timing, and a seeded request's
         chunks (so its seams, so its audio) must depend on its tokens alone.
         """
         if self.options.seed is not None:
             return False
-        if self.first_audio_at is None or self.last_decode_s > 0.5 * self.last_chunk_s:
+        if self.first_audio_at is None:
             return False
         now = time.monotonic()
         return should_hurry(
@@ -269,6 +270,7 @@ class Utterance:
             frames_until_due=self.decoder.frames_until_due,
             frames_per_s=self.decoder.frames_received / max(now - self.first_code_at, 1e-6),
             margin_s=max(self.config.min_buffer_s, 1.5 * self.last_decode_s),
+            real_time_fps=self.codec.frame_rate,
         )
 
     async def abort(self, error: Exception | None = None) -> None:
@@ -324,7 +326,6 @@ class Utterance:
         audio = await self.shared.batcher.decode(job.window)
         self.last_decode_s = time.monotonic() - started
         samples = self.decoder.accept(job, audio)
-        self.last_chunk_s = len(samples) / self.codec.sample_rate
         if len(samples) == 0:
             return None
         if self.trace is not None:

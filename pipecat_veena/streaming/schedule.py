@@ -96,7 +96,11 @@ class Window:
 
 
 def should_hurry(
-    buffered_s: float, frames_until_due: int, frames_per_s: float, margin_s: float
+    buffered_s: float,
+    frames_until_due: int,
+    frames_per_s: float,
+    margin_s: float,
+    real_time_fps: float = 0.0,
 ) -> bool:
     """Whether to emit a chunk now rather than wait for the next grown one.
 
@@ -105,11 +109,14 @@ def should_hurry(
         frames_until_due: frames still to arrive before the next regular chunk is due.
         frames_per_s: the stream's generation rate, in frames per second.
         margin_s: the buffer to keep for the decode and delivery of a chunk.
+        real_time_fps: frames per second of audio. A stream generated slower than that runs
+            dry whatever the chunks; hurrying would only add decode work (smaller chunks), so
+            it never hurries.
 
     Returns:
         True when waiting would let the buffer fall below ``margin_s``.
     """
-    if frames_until_due <= 0:
+    if frames_until_due <= 0 or frames_per_s < real_time_fps:
         return False
     return buffered_s - frames_until_due / max(frames_per_s, 1e-9) < margin_s
 
