@@ -7,7 +7,8 @@ the seed's scheme (BiCodec: decode ALL semantics so far every 24 once 24 exist, 
 samples with 50 ms crossfades), Spark-Triton / FlashTTS independent chunks (50 tokens growing x2
 to 400, 5-token overlap, 0.1 s crossfade) and Orpheus' 28-token SNAC window.
 
-    .venv/bin/python -m benchmarks.streaming [--quick] [--only bicodec|snac|batching|incremental]
+    .venv/bin/python -m benchmarks.streaming [--quick]
+        [--only bicodec|snac|batching|incremental|snac-incremental]
 """
 
 from __future__ import annotations
@@ -204,6 +205,56 @@ def incremental_section(quick: bool) -> str:
     return "\n".join(lines)
 
 
+def _cpu_seconds(fn, repeats: int) -> tuple[object, float]:
+    """Run ``fn()`` ``repeats`` times: (its result, the least process CPU time of one run)."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        out = fn()
+        best = min(best, time.process_time() - start)
+    return out, best
+
+
+def snac_incremental_section(quick: bool) -> str:
+    """SNAC old (whole windows) against new (each stage over what the kept frames need)."""
+    from pipecat_veena.codecs.snac import SnacCodec, write_random_checkpoint
+
+    lengths = (2, 5) if quick else (2, 5, 20, 60)
+    with tempfile.TemporaryDirectory() as tmp:
+        codec = SnacCodec.from_pretrained(write_random_checkpoint(Path(tmp), seed=0))
+    cfg = StreamConfig.for_codec(codec)
+    lines = [
+        "SNAC 24 kHz, random weights (seed 0), position-keyed noise on, default schedule (F="
+        f"{cfg.first_frames}, R={cfg.lookahead_frames}, L={cfg.left_context(codec)} frames, "
+        f"growth x{cfg.growth:g}, max {cfg.max_chunk_frames}), one stream, fp32, "
+        f"{torch.get_num_threads()} torch threads. *old*: every window decoded whole "
+        "(L + chunk + R frames through every stage); *new* (default): before each decoder "
+        "stage the activations are cut to the kept frames plus the receptive field of the "
+        "stages left. Work = FLOPs of the stream's codec calls over one offline decode; CPU = "
+        "process time of the whole stream over that of one offline decode (best of 2).",
+        "",
+        "| utterance | frames | work old | work new | CPU old | CPU new | old / new CPU | "
+        "SNR new | max abs new - old |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for seconds in lengths:
+        frames = _random_frames(codec, seconds, seed=seconds)
+        offline, offline_flops = decode_flops(partial(_decode, codec, frames))
+        _, old_flops = decode_flops(partial(stream, WholeWindows(codec), frames, cfg))
+        _, new_flops = decode_flops(partial(stream, codec, frames, cfg))
+        _, offline_cpu = _cpu_seconds(partial(_decode, codec, frames), 2)
+        old, old_cpu = _cpu_seconds(partial(stream, WholeWindows(codec), frames, cfg), 2)
+        new, new_cpu = _cpu_seconds(partial(stream, codec, frames, cfg), 2)
+        lines.append(_row([
+            f"{seconds} s", len(frames), f"{old_flops / offline_flops:.2f}",
+            f"{new_flops / offline_flops:.2f}", f"{old_cpu / offline_cpu:.2f}x",
+            f"{new_cpu / offline_cpu:.2f}x", f"{old_cpu / new_cpu:.2f}",
+            f"{snr_db(offline, new.audio):.1f} dB", f"{np.abs(new.audio - old.audio).max():.1e}",
+        ]))  # fmt: skip
+        logger.info(lines[-1])
+    return "\n".join(lines)
+
+
 def _random_frames(codec: AudioCodec, seconds: float, seed: int) -> np.ndarray:
     n = round(seconds * codec.frame_rate)
     high = 4096 if codec.codes_per_frame == 7 else 8192
@@ -384,7 +435,9 @@ def batching_section(codecs: list[tuple[str, AudioCodec, object, int]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter utterances (smoke run)")
-    parser.add_argument("--only", choices=("bicodec", "snac", "batching", "incremental"))
+    parser.add_argument(
+        "--only", choices=("bicodec", "snac", "batching", "incremental", "snac-incremental")
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     from pipecat_veena.codecs.snac import SnacCodec, write_random_checkpoint
@@ -394,6 +447,12 @@ def main() -> None:
         title = "Streaming: incremental BiCodec windows"
         body = incremental_section(args.quick)
         publish("streaming_incremental", title, command + " --only incremental", body,
+                not args.quick)  # fmt: skip
+        return
+    if args.only == "snac-incremental":
+        title = "Streaming: incremental SNAC windows"
+        body = snac_incremental_section(args.quick)
+        publish("streaming_snac_incremental", title, command + " --only snac-incremental", body,
                 not args.quick)  # fmt: skip
         return
     with tempfile.TemporaryDirectory() as tmp:

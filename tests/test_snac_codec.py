@@ -1,7 +1,9 @@
-"""SnacCodec on a random SNAC 24 kHz checkpoint: layout, receptive field, noise, batching."""
+"""SnacCodec on a random SNAC 24 kHz checkpoint: layout, receptive field, noise, batching and
+kept spans."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +12,11 @@ import snac
 import torch
 
 from pipecat_veena.codecs.base import CodecWindow  # noqa: E402
-from pipecat_veena.codecs.snac import SNAC_24KHZ_CONFIG, SnacCodec  # noqa: E402
+from pipecat_veena.codecs.snac import (  # noqa: E402
+    SNAC_24KHZ_CONFIG,
+    SnacCodec,
+    write_random_checkpoint,
+)
 from pipecat_veena.errors import CheckpointError  # noqa: E402
 
 
@@ -126,3 +132,59 @@ def test_attention_configs_are_refused() -> None:
     config = dict(SNAC_24KHZ_CONFIG, encoder_dim=4, decoder_dim=32, attn_window_size=4)
     with pytest.raises(CheckpointError, match="attention"):
         SnacCodec(snac.SNAC(**config))
+
+
+@pytest.fixture(scope="module")
+def narrow(tmp_path_factory: pytest.TempPathFactory) -> SnacCodec:
+    """SNAC 24 kHz's time structure (strides, kernels, dilations, noise) at 1/16 of the width:
+    the same receptive field and stage cuts, decoded fast enough to try every chunk size."""
+    config = {**SNAC_24KHZ_CONFIG, "decoder_dim": 64}
+    return SnacCodec.from_pretrained(
+        write_random_checkpoint(tmp_path_factory.mktemp("snac-narrow"), seed=1, config=config)
+    )
+
+
+def _check_kept(codec: SnacCodec, sizes: tuple[int, ...]) -> None:
+    spf, ctx, ahead = codec.samples_per_frame, codec.context_frames, 2
+    frames = _frames(ctx + max(sizes) + ahead, seed=4)
+    for size in sizes:
+        # the stream's first chunk (no left context) and a later one, batched together
+        windows = [
+            CodecWindow(frames[: left + size + ahead], start=7 * size, keep=(left, left + size))
+            for left in (0, ctx)
+        ]
+        kept = codec.decode_windows(windows)
+        for w, part in zip(windows, kept, strict=True):
+            a, b = w.keep
+            full = codec.decode_windows([replace(w, keep=None)])[0]
+            assert part.shape == ((b - a) * spf,)
+            np.testing.assert_allclose(part, full[a * spf : b * spf], atol=1e-5)
+            np.testing.assert_allclose(codec.decode_windows([w])[0], part, atol=1e-5)
+
+
+def test_kept_frames_equal_the_whole_window_decode_for_every_chunk_size(narrow: SnacCodec) -> None:
+    """Each stage computes only what the kept frames need: the kept audio is the whole-window
+    decode's, noise on, for every chunk size the default schedule produces (1, 2, 4, ... 128),
+    at the stream's start (left context cut short) and later, batched and alone."""
+    assert narrow.context_frames == 3
+    _check_kept(narrow, (1, 2, 4, 8, 16, 32, 64, 128))
+
+
+def test_kept_frames_are_exact_at_full_width(noisy: SnacCodec) -> None:
+    """The same on the real width, for the first chunk sizes (the wide decoder is slow)."""
+    _check_kept(noisy, (1, 2, 4))
+
+
+def test_a_stage_cut_too_short_would_change_the_audio(noisy: SnacCodec) -> None:
+    """The margins are needed: with each stage's margin one step smaller, kept audio differs
+    from the whole-window decode (so the test above can fail)."""
+    frames = _frames(12, seed=5)
+    window = CodecWindow(frames, keep=(4, 8))
+    full = noisy.decode_windows([replace(window, keep=None)])[0][4 * 2048 : 8 * 2048]
+    margins = noisy._margins
+    try:
+        noisy._margins = [max(m - 1, 0) for m in margins]
+        short = noisy.decode_windows([window])[0]
+    finally:
+        noisy._margins = margins
+    assert np.abs(short - full).max() > 1e-4

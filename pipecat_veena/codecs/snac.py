@@ -10,10 +10,15 @@ with the padded steps zeroed before every time-mixing convolution (so padding ne
 real samples); and SNAC's ``NoiseBlock`` (``torch.randn`` per call, so overlapping windows
 disagree) is replaced by noise that is a fixed function of the absolute sample position, making a
 window decode equal to the full decode. ``noise=False`` turns the noise off.
+
+A window's decode computes only what its kept frames need: before each stage of the decoder the
+activations are cut to the kept span plus the receptive field of the stages still to run, so the
+context frames cost only the first, coarse stages (``SnacCodec._decode_span``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import threading
@@ -50,11 +55,21 @@ _NOISE_PERIODS = (65521, 65519)
 
 @dataclass
 class _Batch:
-    """What the hooks need to know about the batch being decoded (set under the codec's lock)."""
+    """What the hooks need to know about the batch being decoded (set under the codec's lock).
 
-    lengths: torch.Tensor | None = None  # (B,) frames of each row; None when no row is padded
+    Column 0 of row b's activations lies ``origins[b]`` output samples from the start of its
+    window (negative: before it); a stage with ``spf`` steps per frame has it at step
+    ``origins[b] * spf // samples_per_frame`` (crops fall on whole steps of every later stage).
+    """
+
+    lengths: torch.Tensor | None = None  # (B,) frames of each row's window
     starts: torch.Tensor | None = None  # (B,) absolute start frame of each row
-    max_frames: int = 1
+    origins: torch.Tensor | None = None  # (B,) samples
+    samples_per_frame: int = 1
+
+    def offsets(self, spf: int) -> torch.Tensor:
+        """(B,) window-relative step of column 0 at a rate of ``spf`` steps per frame."""
+        return self.origins * spf // self.samples_per_frame
 
 
 class _PositionalNoise(nn.Module):
@@ -64,14 +79,16 @@ class _PositionalNoise(nn.Module):
         super().__init__()
         self.linear = linear
         self._batch = batch
+        self.steps_per_frame = 1  # set by SnacCodec._prepare from the stage it sits in
         device = linear.weight.device
         for name, period in zip(("table_a", "table_b"), _NOISE_PERIODS, strict=True):
             self.register_buffer(name, torch.randn(period, generator=generator).to(device), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (B, C, T') at this block's rate -> same shape with position-keyed noise added."""
-        steps = x.shape[-1] // self._batch.max_frames  # steps per frame at this rate
-        pos = self._batch.starts[:, None] * steps + torch.arange(x.shape[-1], device=x.device)
+        spf, batch = self.steps_per_frame, self._batch
+        first = batch.starts * spf + batch.offsets(spf)  # (B,) absolute step of column 0
+        pos = first[:, None] + torch.arange(x.shape[-1], device=x.device)
         a, b = self.table_a, self.table_b
         noise = (a[pos % a.numel()] + b[pos % b.numel()]) * 0.5**0.5  # (B, T') standard normal
         return x + noise[:, None, :].to(x.dtype) * self.linear(x)
@@ -113,10 +130,16 @@ class SnacCodec(AudioCodec):
                 "frame; the Orpheus layout needs 7 (use snac_24khz)"
             )
         self.noise = noise and _has_noise(model)
-        self._batch = _Batch()
+        self._batch = _Batch(samples_per_frame=self.samples_per_frame)
         self._lock = threading.Lock()
+        self._latent_per_frame = strides[0]
         self._prepare(noise_seed)
         self.context_frames = math.ceil(receptive_radius(model.decoder) / strides[0])
+        stages = list(model.decoder.model)
+        # Steps (at its input rate) each stage's output can still depend on, each side.
+        self._margins = [
+            math.ceil(receptive_radius(nn.Sequential(*stages[i:]))) for i in range(len(stages))
+        ]
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
 
@@ -197,22 +220,53 @@ class SnacCodec(AudioCodec):
             )
             for level in range(self.levels)
         ]
+        keep = torch.tensor([w.kept for w in windows], device=self.device)
         with self._lock:
-            self._batch.max_frames = t_max
-            self._batch.starts = torch.tensor([w.start for w in windows], device=self.device)
-            uneven = min(lengths) < t_max
-            self._batch.lengths = torch.tensor(lengths, device=self.device) if uneven else None
+            batch = self._batch
+            batch.starts = torch.tensor([w.start for w in windows], device=self.device)
+            batch.lengths = torch.tensor(lengths, device=self.device)
             try:
-                audio = self.model.decode(codes)  # (B, 1, t_max * 2048)
+                latents = self.model.quantizer.from_codes(codes)  # (B, C, t_max * 4)
+                audio = self._decode_span(latents, keep)  # (B, K * 2048)
             finally:
-                self._batch.lengths = self._batch.starts = None
-        audio = audio[:, 0].float().cpu().numpy()
+                batch.lengths = batch.starts = batch.origins = None
+        audio = audio.float().cpu().numpy()
         hop = self.samples_per_frame
-        # SNAC decodes whole windows: they are a few frames long (benchmarks/streaming.py).
-        return [
-            self.kept_audio(w, audio[i, : n * hop]).copy()
-            for i, (w, n) in enumerate(zip(windows, lengths, strict=True))
-        ]
+        return [audio[i, : (b - a) * hop].copy() for i, (a, b) in enumerate(keep.tolist())]
+
+    def _decode_span(self, latents: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """Decode each row's kept frames, computing each stage only where the output needs it.
+
+        Args:
+            latents: (B, C, T * 4) quantizer output over the whole windows.
+            keep: (B, 2) frame range ``[a, b)`` of each row's window whose audio is wanted.
+
+        Returns:
+            (B, K * 2048) audio, row b's kept samples first (K the longest kept range).
+
+        Before each stage, row b is cut to its kept range plus the stage's margin (the
+        receptive field of the stages from there on) and laid out from column 0; what falls
+        outside the row's window is zeroed by the padding hooks, as the window's own zero
+        padding would be. The kept samples are then those of the whole-window decode.
+        """
+        batch, x = self._batch, latents
+        span = int((keep[:, 1] - keep[:, 0]).max())
+        spf = self._latent_per_frame
+        batch.origins = torch.zeros_like(keep[:, 0])
+        for stage, margin in zip(self.model.decoder.model, self._margins, strict=True):
+            start = keep[:, 0] * spf - margin  # (B,) window-relative first step to compute
+            columns = (start - batch.offsets(spf))[:, None] + torch.arange(
+                span * spf + 2 * margin, device=x.device
+            )
+            # Columns past what the previous stage computed lie beyond every kept sample's
+            # reach (margins only shrink): clamped, they read junk that no kept sample sees.
+            columns = columns.clamp(0, x.shape[-1] - 1)[:, None, :].expand(-1, x.shape[1], -1)
+            x = x.gather(2, columns)
+            batch.origins = start * (self.samples_per_frame // spf)
+            x = stage(x)
+            spf *= _upsampling(stage)
+        first = int(batch.offsets(spf)[0] - keep[0, 0] * spf)  # the same for every row
+        return x[:, 0, -first : -first + span * spf]
 
     def _prepare(self, noise_seed: int) -> None:
         """Fold weight norm, hook the padding mask and swap in (or drop) the noise blocks."""
@@ -229,18 +283,26 @@ class SnacCodec(AudioCodec):
                             if self.noise
                             else nn.Identity()
                         )
+        spf = self._latent_per_frame  # steps per frame at the input of each module, in order
+        for module in self.model.decoder.modules():
             if _mixes_time(module):
-                module.register_forward_pre_hook(self._mask_padding)
+                module.register_forward_pre_hook(functools.partial(self._mask_padding, spf))
+            if isinstance(module, _PositionalNoise):
+                module.steps_per_frame = spf
+            spf *= _upsampling(module) if isinstance(module, nn.ConvTranspose1d) else 1
 
-    def _mask_padding(self, module: nn.Module, args: tuple[torch.Tensor]) -> tuple[torch.Tensor]:
-        """Zero each row's steps past its own length, as its standalone decode's padding would."""
-        lengths = self._batch.lengths
-        if lengths is None:
-            return args
+    def _mask_padding(
+        self, spf: int, module: nn.Module, args: tuple[torch.Tensor]
+    ) -> tuple[torch.Tensor]:
+        """Zero each row's steps outside its own window, as its standalone decode's padding would.
+
+        ``spf``: steps per frame at the module's input.
+        """
+        batch = self._batch
         x = args[0]  # (B, C, T')
-        steps = x.shape[-1] // self._batch.max_frames
-        keep = torch.arange(x.shape[-1], device=x.device)[None, :] < (lengths * steps)[:, None]
-        return (x * keep[:, None, :].to(x.dtype),)
+        pos = batch.offsets(spf)[:, None] + torch.arange(x.shape[-1], device=x.device)
+        inside = (pos >= 0) & (pos < (batch.lengths * spf)[:, None])
+        return (x * inside[:, None, :].to(x.dtype),)
 
 
 def receptive_radius(decoder: nn.Module) -> float:
@@ -293,6 +355,15 @@ def _slot_levels(strides: list[int]) -> np.ndarray:
         return [level] + [s for _ in range(children) for s in walk(level + 1)]
 
     return np.array(walk(0), dtype=np.int64)
+
+
+def _upsampling(module: nn.Module) -> int:
+    """How many output steps a module makes of each input step (its transposed convs' strides)."""
+    factor = 1
+    for layer in module.modules():
+        if isinstance(layer, nn.ConvTranspose1d):
+            factor *= layer.stride[0]
+    return factor
 
 
 def _mixes_time(module: nn.Module) -> bool:
