@@ -17,6 +17,7 @@ import resource
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from loguru import logger
@@ -138,6 +139,66 @@ async def _veena_rate(root: Path, options, runs: int) -> tuple[int, int]:
         await generator.shutdown()
 
 
+async def _lengths(home: Path, seeds: int) -> list[str]:
+    """Under the engine's own grammar and token budget (as in use): streams that end with the
+    model's own stop at 0.5-1.5x the length the text asks, and the median of that ratio."""
+    from pipecat_veena.engine import detect_layout
+    from pipecat_veena.engine.formats import SnacFormat, load_tokenizer
+
+    spark_root, veena_root = home / "spark-tiny", home / "veena"
+    _, _, spark_cases = grammar._spark_cases(spark_root)
+    spark_fmt = grammar._spark_format(spark_root)
+    layout = detect_layout(veena_root)
+    veena_fmt = SnacFormat(layout, load_tokenizer(layout.llm_dir))
+    speakers = ("kavya", "agastya", "maitri", "vinaya")
+    veena_cases = [(Voice(s, speaker=s), text) for s in speakers for text in grammar.TEXTS.values()]
+    spark = [(c[2], grammar.TEXTS[c[1]], c[-1]) for c in spark_cases]
+    veena = [(v, t, veena_fmt.prompts.build(t, v)) for v, t in veena_cases]
+    rows = []
+    # LLM codec tokens per second of audio: BiCodec 16000 / 320; SNAC 7 * 24000 / 2048.
+    for label, llm, fmt, cases, rate in (
+        ("Spark (6 prompt forms x 7 texts)", spark_root / "LLM", spark_fmt, spark, 50.0),
+        ("Veena (4 speakers x 7 texts)", veena_root, veena_fmt, veena, 7 * 24000 / 2048),
+    ):
+        generator = VllmGenerator(llm, max_model_len=2048, max_num_seqs=64)
+        await generator.start()
+        try:
+            for name, base in (("greedy", grammar.GREEDY), ("T 0.8, top_k 50", grammar.SAMPLED)):
+                ratios = []
+                for run in range(1 if base is grammar.GREEDY else seeds):
+                    outs = await asyncio.gather(
+                        *(_constrained(generator, fmt, c, base, rate, run, i)
+                          for i, c in enumerate(cases))
+                    )  # fmt: skip
+                    ratios += outs
+                ok = sum(1 for r in ratios if r is not None and 0.5 <= r <= 1.5)
+                stopped = sorted(r for r in ratios if r is not None)
+                median = f"{stopped[len(stopped) // 2]:.2f}" if stopped else "-"
+                rows.append(f"| {label} | {name} | {ok}/{len(ratios)} | {median} |")
+        finally:
+            await generator.shutdown()
+    return rows
+
+
+async def _constrained(generator, fmt, case, base, rate, run, index) -> float | None:
+    """Length over what the text asks of one stream generated as the engine would; None when
+    it ran into the budget instead of stopping."""
+    voice, text, prompt = case
+    prefilled = fmt.family == "bicodec" and voice.globals is not None
+    options = fmt.options(base, text, voice, prefilled=prefilled, rate=rate)
+    options = replace(options, seed=index + 1000 * run)
+    out: list[int] = []
+    async for delta in generator.generate(prompt, options, f"len-{run}-{index}"):
+        out.extend(delta.token_ids)
+    if not out or out[-1] not in options.stop_token_ids:
+        return None
+    if fmt.family == "bicodec":
+        got = sum(1 for t in out if 0 <= t - fmt.ids.semantic_base < 8192)
+        return got / (SEMANTICS_PER_TOKEN * len(fmt.prompts.encoder.user_text(text)))
+    got = sum(1 for t in out if t >= fmt.ids.audio_base) / fmt.ids.slots
+    return got / len(fmt.prompts.encoder.user_text(text, lead=" "))
+
+
 def _veena_check(prompts, ids, case, out) -> None:
     frames = grammar._veena_frames(out, ids)
     n_text = len(prompts.encoder.user_text(case[1], lead=" "))
@@ -157,6 +218,7 @@ def main() -> None:
         phases, seconds, cpu = _build(home)
         sizes = [f"| {k} | {_size_mb(home / k):.0f} MB |" for k in DEMO_KINDS]
         rates = asyncio.run(_rates(home, args.seeds))
+        lengths = asyncio.run(_lengths(home, args.seeds))
     body = "\n".join(
         [
             f"Build of all kinds: {seconds:.0f} s wall, {cpu:.0f} s CPU (all processes; on a"
@@ -179,6 +241,15 @@ def main() -> None:
             "| model | sampling | ok |",
             "|---|---|---|",
             *rates,
+            "",
+            "Lengths as in use (the engine's grammar and token budget, `ModelFormat.options`):"
+            " streams that end with the model's own stop at 0.5-1.5x the length the text asks"
+            " (the rest ran into the budget or stopped outside that range), and the median of"
+            " that ratio over the streams that stopped.",
+            "",
+            "| model | sampling | stopped at 0.5-1.5x | median length / asked |",
+            "|---|---|---|---|",
+            *lengths,
         ]
     )
     print(body)
