@@ -289,7 +289,8 @@ class SnacCodec(AudioCodec):
                 module.register_forward_pre_hook(functools.partial(self._mask_padding, spf))
             if isinstance(module, _PositionalNoise):
                 module.steps_per_frame = spf
-            spf *= _upsampling(module) if isinstance(module, nn.ConvTranspose1d) else 1
+            if isinstance(module, nn.ConvTranspose1d):
+                spf *= module.stride[0]
 
     def _mask_padding(
         self, spf: int, module: nn.Module, args: tuple[torch.Tensor]
