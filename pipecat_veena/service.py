@@ -181,6 +181,10 @@ class VeenaTTSService(TTSService):
         self._engine = engine
         self._normalize = normalize
         self._dead_reported = False
+        # Audio is always yielded inline, so Pipecat closes each context with its turn. Also
+        # true of turns whose text Pipecat never hands to run_tts (a service no longer usable):
+        # left False, each of them held the pipeline for stop_frame_timeout_s (30 s).
+        self._is_yielding_frames_synchronously = True
         # Each open context's audio so far: word times are cumulative within a turn.
         self._timelines: dict[str, _Timeline] = {}
         self._check_settings()

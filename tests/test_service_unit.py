@@ -188,12 +188,22 @@ async def test_engine_error_is_an_error_frame_and_the_next_utterance_plays(tmp_p
 async def test_dead_engine_is_reported_once_as_permanent(tmp_path):
     engine = await _engine(tmp_path)
     await engine._generator.shutdown()  # the backend dies under the service
-    tts = VeenaTTSService(engine)
-    _, up = await run_test(
-        tts,
-        frames_to_send=[TTSSpeakFrame("One."), SleepFrame(0.1), TTSSpeakFrame("Two.")],
-        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    # Turns Pipecat no longer hands to run_tts still close with their turn, not after the
+    # stop-frame timeout (before the fix each turn waited 30 s for it; 60 s here, so that the
+    # 45 s bound below, far above the 0.2 s this takes, cannot be met by timing out).
+    tts = VeenaTTSService(engine, stop_frame_timeout_s=60.0)
+    run = asyncio.create_task(
+        run_test(
+            tts,
+            frames_to_send=[TTSSpeakFrame("One."), SleepFrame(0.1), TTSSpeakFrame("Two.")],
+            pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+        )
     )
+    await asyncio.wait([run], timeout=45)
+    # A pipeline stuck on its contexts does not end when cancelled: let the timeouts end it.
+    ended = run.done()
+    _, up = await run
+    assert ended, "the pipeline waited out the stop-frame timeout: a turn's context stayed open"
     errors = [f for f in up if isinstance(f, ErrorFrame) and "not running" in f.error]
     assert len(errors) == 1
     assert not tts.is_usable
