@@ -356,12 +356,16 @@ class WaveGenerator(nn.Module):
         a, b = keep
         points = iter(margins)
         span = [0, x.shape[-1], 1]  # covered [lo, hi) at the current rate, samples per token
+        # Padding of every row (a stream's start, a window's end) is zero at each layer's input
+        # as it is past the tensor's edge, so no row needs it computed.
+        real = int(valid[:, 0].min()), int(valid[:, 1].max())
 
         def crop(t: Tensor, rate: int = 1) -> tuple[Tensor, Tensor | None]:
             """Cut t (B, C, 1, W) to the next crop point's span; its padding mask there."""
             span[0], span[1], span[2] = span[0] * rate, span[1] * rate, span[2] * rate
             m, f = next(points), span[2]
-            lo, hi = max(span[0], a * f - m), min(span[1], b * f + m)
+            lo = max(span[0], a * f - m, real[0] * f)
+            hi = min(span[1], b * f + m, real[1] * f)
             if (lo, hi) != (span[0], span[1]):
                 t = t[..., lo - span[0] : hi - span[0]]
                 t = t.contiguous(memory_format=torch.channels_last)
