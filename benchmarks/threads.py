@@ -3,7 +3,9 @@
 vLLM's CPU backend binds its OpenMP threads to the cores it picks (``VLLM_CPU_OMP_THREADS_BIND``,
 auto: all but one core on a small machine) inside its EngineCore process; the codec decodes in
 the bot's process with torch's intra-op threads (torch's default: one per core). Two choices
-are measured: the codec's thread count, and how EngineCore's OpenMP threads wait between steps
+are measured: the codec's thread count (and whether a stream's first, small windows run on
+one thread: ``BiCodecCodec.single_thread_frames``), and how EngineCore's OpenMP threads wait
+between steps
 (``OMP_WAIT_POLICY``: the generator sets PASSIVE on CPU unless it is set; *spin* is libgomp's
 behaviour when it is unset, a 300,000-iteration busy wait, on the core the codec shares). Each
 setting runs in a fresh process (``torch.set_num_threads`` before the engine starts; the decode
@@ -31,8 +33,9 @@ from benchmarks._report import publish
 
 COMMAND = ".venv/bin/python -m benchmarks.threads"
 CONCURRENCY = (1, 4)
-#: (codec threads, EngineCore wait policy): the default first.
-SETTINGS = ((2, "passive"), (1, "passive"), (2, "spin"))
+#: (codec threads, EngineCore wait policy, frames a call may hold and still run on one thread;
+#: None: the codec's default): the default first.
+SETTINGS = ((2, "passive", None), (2, "passive", 0), (1, "passive", None), (2, "spin", None))
 #: Environment of each wait policy (spin: libgomp's default when OMP_WAIT_POLICY is unset).
 POLICIES = {
     "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
@@ -83,14 +86,18 @@ async def _measure(kind: str, repeats: int) -> list[dict]:
     return rows
 
 
-def _child(kind: str, threads: int, repeats: int) -> None:
+def _child(kind: str, threads: int, small: int | None, repeats: int) -> None:
     import torch
 
+    from pipecat_veena.codecs.bicodec import BiCodecCodec
+
     torch.set_num_threads(threads)
+    if small is not None:
+        BiCodecCodec.single_thread_frames = small
     print("ROWS " + json.dumps(asyncio.run(_measure(kind, repeats))), flush=True)
 
 
-def _run(kind: str, threads: int, policy: str, repeats: int) -> list[dict]:
+def _run(kind: str, threads: int, policy: str, small: int | None, repeats: int) -> list[dict]:
     out = subprocess.run(
         [
             sys.executable,
@@ -98,6 +105,7 @@ def _run(kind: str, threads: int, policy: str, repeats: int) -> list[dict]:
             "benchmarks.threads",
             "--child",
             str(threads),
+            *([] if small is None else ["--small", str(small)]),
             "--kind",
             kind,
             "--repeats",
@@ -118,16 +126,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2, help="settings alternate this often")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--small", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     if args.child is not None:
-        _child(args.kind, args.child, args.repeats)
+        _child(args.kind, args.child, args.small, args.repeats)
         return
-    results: dict[tuple[int, str], list[dict]] = {k: [] for k in SETTINGS}
+    results: dict[tuple[int, str, int | None], list[dict]] = {k: [] for k in SETTINGS}
     for _ in range(args.rounds):  # alternate, so that drift in the machine's load hits all alike
-        for threads, policy in SETTINGS:
-            results[threads, policy] += _run(args.kind, threads, policy, args.repeats)
-            logger.info(f"{threads} threads, {policy}: {results[threads, policy][-4:]}")
+        for setting in SETTINGS:
+            results[setting] += _run(args.kind, *setting, args.repeats)
+            logger.info(f"{setting}: {results[setting][-4:]}")
     lines = [
         f"*{args.kind}* demo checkpoint, codec dtype chosen by the start-up probe, "
         f"{os.cpu_count()} cores; each setting {args.rounds} fresh processes x {args.repeats} "
@@ -139,16 +148,27 @@ def main() -> None:
         "real-time factor | bot-process CPU per audio second |",
         "|---|---|---|---|---|---|",
     ]
-    for threads, policy in SETTINGS:
+    default_small = _default_small()
+    for setting in SETTINGS:
+        _, policy, small = setting
+        small = default_small if small is None else small
         for n in CONCURRENCY:
-            rows = [r for r in results[threads, policy] if r["calls"] == n]
+            rows = [r for r in results[setting] if r["calls"] == n]
+            threads = rows[0]["decode_threads"]
+            one = f" (calls of <= {small} frames: 1)" if small and threads > 1 else ""
             lines.append(
-                f"| {rows[0]['decode_threads']} | {policy} | {n} | "
+                f"| {threads}{one} | {policy} | {n} | "
                 f"{1000 * statistics.median(r['ttfa'] for r in rows):.0f} ms | "
                 f"{statistics.median(r['rtf'] for r in rows):.2f} | "
                 f"{statistics.median(r['cpu_per_audio_s'] for r in rows):.2f} s |"
             )
     publish("threads", "Threads beside the vLLM CPU engine", COMMAND, lines, not args.no_write)
+
+
+def _default_small() -> int:
+    from pipecat_veena.codecs.bicodec import BiCodecCodec
+
+    return BiCodecCodec.single_thread_frames
 
 
 if __name__ == "__main__":

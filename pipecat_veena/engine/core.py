@@ -737,10 +737,13 @@ def load_codec(layout: Any, cfg: EngineConfig) -> AudioCodec:
     on_cpu = torch.device(device).type == "cpu"
     if on_cpu:
         # Left at torch's default (one per core) on purpose: beside vLLM's CPU engine, which
-        # binds its own OpenMP threads, one codec thread was slower (BENCHMARKS.md, threads).
+        # binds its own OpenMP threads, one codec thread was slower (BENCHMARKS.md, threads);
+        # only a stream's first, small windows run on one (pipecat_veena.codecs.threads).
+        small = getattr(codec_class, "single_thread_frames", 0)
         logger.info(
             f"codec on the CPU with {torch.get_num_threads()} torch threads "
             f"({os.cpu_count()} cores; torch.set_num_threads before start changes it)"
+            + (f", calls of at most {small} frames on one" if small else "")
         )
     if cfg.codec_dtype:
         return load(getattr(torch, cfg.codec_dtype))

@@ -15,6 +15,7 @@ import torch
 
 from pipecat_veena.codecs.base import AudioCodec, CodecWindow
 from pipecat_veena.codecs.bicodec.model import BiCodecDecoder
+from pipecat_veena.codecs.threads import intra_op_threads
 
 #: Semantic id written into padded steps (any valid id: padding never reaches real samples).
 _PAD_ID = 0
@@ -28,6 +29,9 @@ class BiCodecCodec(AudioCodec):
     """
 
     codes_per_frame = 1
+    #: On a CPU, calls that return at most this many frames in all run on one torch thread
+    #: (a stream's first windows; measured in ``pipecat_veena.codecs.threads``). 0: never.
+    single_thread_frames = 8
 
     def __init__(self, decoder: BiCodecDecoder) -> None:
         self.decoder = decoder
@@ -36,6 +40,7 @@ class BiCodecCodec(AudioCodec):
         self.condition_size = decoder.config.speaker.token_num
         self.context_frames = decoder.receptive_field
         self.dtype = next(decoder.parameters()).dtype
+        self._on_cpu = decoder.device.type == "cpu"
 
     @classmethod
     def from_pretrained(
@@ -61,6 +66,7 @@ class BiCodecCodec(AudioCodec):
 
         With ``keep`` set the wave generator runs over the kept frames plus its own receptive
         field only (``BiCodecDecoder.forward``): the same samples at a fraction of the work.
+        Small calls on a CPU run on one thread (``single_thread_frames``).
 
         Args:
             windows: each ``frames`` (T_i, 1) int64 semantic ids in [0, 8192), ``condition``
@@ -82,12 +88,14 @@ class BiCodecCodec(AudioCodec):
         globals_ = np.stack([np.asarray(w.condition, dtype=np.int64) for w in windows])
         keep = torch.tensor([w.kept for w in windows], dtype=torch.int64)
         whole = all(w.kept == (0, steps) for w in windows)
-        wav = self.decoder.decode(
-            torch.from_numpy(semantic),
-            torch.from_numpy(globals_),
-            torch.tensor(lengths, dtype=torch.int64),
-            None if whole else keep,
-        ).cpu()
+        small = self._on_cpu and sum(w.kept_frames for w in windows) <= self.single_thread_frames
+        with intra_op_threads(1 if small else None):
+            wav = self.decoder.decode(
+                torch.from_numpy(semantic),
+                torch.from_numpy(globals_),
+                torch.tensor(lengths, dtype=torch.int64),
+                None if whole else keep,
+            ).cpu()
         hop = self.samples_per_frame
         if whole:
             return [wav[row].numpy() for row in range(len(windows))]
