@@ -225,8 +225,9 @@ def _streamed_cpu(codec: BiCodecCodec, old, quick: bool) -> str:
         "Codec CPU time of whole utterances streamed with the default schedule (process time "
         f"inside codec calls, both threads, best of {repeats}), *project* weights, random tokens, "
         "ms of CPU per second of audio. *old*: every window decoded whole (before issue 21); "
-        "*new*: the wave generator over the emitted frames plus its receptive field only (the "
-        "default); bf16: the same weights in bfloat16 (what the start-up probe picks on a CPU "
+        "*new*: the wave generator over the emitted frames plus its receptive field only, and "
+        f"calls of at most {codec.single_thread_frames} frames on one thread (the default); "
+        "bf16: the same weights in bfloat16 (what the start-up probe picks on a CPU "
         "with native bfloat16, as here). Batched cases: that many streams in lockstep, their "
         "due windows decoded together (the DecodeBatcher's length groups).",
         "",
