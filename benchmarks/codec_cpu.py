@@ -388,9 +388,10 @@ def _np_tokens(steps: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _cpu_timed(fn: Callable) -> float:
-    start = time.process_time()
-    fn()
-    return time.process_time() - start
+    """Process CPU seconds of one run of ``fn()``."""
+    from benchmarks.streaming import cpu_seconds
+
+    return cpu_seconds(fn)[1]
 
 
 def _report(args, batches, speed, curve, write_s, rss_mb, weights_mb, real_wav) -> str:

@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -205,7 +206,7 @@ def incremental_section(quick: bool) -> str:
     return "\n".join(lines)
 
 
-def _cpu_seconds(fn, repeats: int) -> tuple[object, float]:
+def cpu_seconds(fn: Callable[[], object], repeats: int = 1) -> tuple[object, float]:
     """Run ``fn()`` ``repeats`` times: (its result, the least process CPU time of one run)."""
     best = float("inf")
     for _ in range(repeats):
@@ -242,9 +243,9 @@ def snac_incremental_section(quick: bool) -> str:
         offline, offline_flops = decode_flops(partial(_decode, codec, frames))
         _, old_flops = decode_flops(partial(stream, WholeWindows(codec), frames, cfg))
         _, new_flops = decode_flops(partial(stream, codec, frames, cfg))
-        _, offline_cpu = _cpu_seconds(partial(_decode, codec, frames), 2)
-        old, old_cpu = _cpu_seconds(partial(stream, WholeWindows(codec), frames, cfg), 2)
-        new, new_cpu = _cpu_seconds(partial(stream, codec, frames, cfg), 2)
+        _, offline_cpu = cpu_seconds(partial(_decode, codec, frames), 2)
+        old, old_cpu = cpu_seconds(partial(stream, WholeWindows(codec), frames, cfg), 2)
+        new, new_cpu = cpu_seconds(partial(stream, codec, frames, cfg), 2)
         lines.append(_row([
             f"{seconds} s", len(frames), f"{old_flops / offline_flops:.2f}",
             f"{new_flops / offline_flops:.2f}", f"{old_cpu / offline_cpu:.2f}x",
