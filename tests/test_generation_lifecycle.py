@@ -97,33 +97,55 @@ def test_engine_process_ends_with_its_owner(tmp_path: Path, spark_tiny_checkpoin
             owner.kill()
 
 
-@pytest.mark.parametrize("chosen", [None, "ACTIVE"])
-def test_engine_processes_wait_passively_unless_the_user_chose(
-    tmp_path: Path, spark_tiny_checkpoint: Path, chosen: str | None
+@pytest.mark.parametrize(
+    "chosen", [{}, {"OMP_WAIT_POLICY": "ACTIVE", "VLLM_CPU_OMP_THREADS_BIND": "0"}]
+)
+def test_engine_processes_get_our_openmp_settings_unless_the_user_chose(
+    tmp_path: Path, spark_tiny_checkpoint: Path, chosen: dict[str, str]
 ):
-    # vLLM's EngineCore binds OpenMP threads to a core the codec shares; busy-waiting there cost
-    # a quarter of the throughput (BENCHMARKS.md, threads). The generator sets
-    # OMP_WAIT_POLICY=PASSIVE before vLLM spawns its processes, unless the user set a policy.
+    # vLLM's EngineCore runs OpenMP threads on the cores the codec shares. Busy-waiting there
+    # cost a quarter of the throughput, and vLLM's own binding (its threads pinned, its helper
+    # threads with them) half the token rate (BENCHMARKS.md, threads). The generator sets
+    # OMP_WAIT_POLICY=PASSIVE, VLLM_CPU_OMP_THREADS_BIND=nobind and OMP_NUM_THREADS=cores - 1
+    # while vLLM spawns its processes, unless the user set them; its own environment keeps
+    # none of the last two afterwards.
     # EngineCore renames itself (setproctitle), which blanks its /proc environ; the process
     # spawned beside it (multiprocessing's resource tracker) shows the environment they got.
     # A fresh owner process, so that nothing started earlier in the session is looked at.
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    env |= {"OMP_WAIT_POLICY": chosen} if chosen else {}
-    owner = _spawn_owner(tmp_path, SCRIPT, [str(spark_tiny_checkpoint / "LLM")], env)
+    names = ("OMP_WAIT_POLICY", "VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in names} | chosen
+    cores = len(os.sched_getaffinity(0))
+    ours = {"OMP_WAIT_POLICY": "PASSIVE", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "OMP_NUM_THREADS": str(max(1, cores - 1))}  # fmt: skip
+    compared = names if not chosen else tuple(chosen)  # vLLM's own binding sets the count
+    body = SCRIPT.replace(
+        'print("ready", flush=True)',
+        'print("ready", os.environ.get("OMP_NUM_THREADS"), '
+        'os.environ.get("VLLM_CPU_OMP_THREADS_BIND"), flush=True)',
+    )
+    owner = _spawn_owner(tmp_path, body, [str(spark_tiny_checkpoint / "LLM")], env)
     children: list[psutil.Process] = []
     try:
-        assert any(line.strip() == "ready" for line in owner.stdout), "the engine never started"
+        ready = next((line.split() for line in owner.stdout if line.startswith("ready")), None)
+        assert ready is not None, "the engine never started"
+        assert ready[1:] == ["None", chosen.get("VLLM_CPU_OMP_THREADS_BIND", "None")]
         children = psutil.Process(owner.pid).children(recursive=True)
-        policies = []
+        seen = []
         for child in children:
             try:
                 child_env = child.environ()
             except psutil.Error:
                 continue
             if child_env:  # not blanked by a process title
-                policies.append(child_env.get("OMP_WAIT_POLICY"))
-        assert policies, "no process spawned by the engine shows its environment"
-        assert set(policies) == {chosen or "PASSIVE"}, policies
+                seen.append({name: child_env.get(name) for name in compared})
+        assert seen, "no process spawned by the engine shows its environment"
+        expected = {name: (chosen or ours)[name] for name in compared}
+        assert all(got == expected for got in seen), seen
+        if not chosen:  # unpinned: the engine may run on every core its owner may
+            engine = [c for c in children if "VLLM" in c.name() or "EngineCore" in c.name()]
+            assert engine and all(
+                set(c.cpu_affinity()) == os.sched_getaffinity(0) for c in engine
+            ), [c.cpu_affinity() for c in engine]
     finally:
         owner.send_signal(signal.SIGTERM)
         try:

@@ -16,8 +16,8 @@ import signal
 import sys
 import threading
 import weakref
-from collections.abc import AsyncIterator, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import aclosing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,43 @@ from pipecat_veena.tasks import cancel_and_wait, wait_ended
 
 #: KV cache given to the CPU backend when the caller sets none (ample for tens of streams).
 _CPU_KV_CACHE_BYTES = 512 * 2**20
+
+_CPU_ENV_LOCK = threading.Lock()
+
+
+@contextmanager
+def cpu_engine_threads() -> Iterator[str | None]:
+    """Start vLLM's CPU engine process with its OpenMP threads unpinned, one core left over.
+
+    vLLM's own default (``VLLM_CPU_OMP_THREADS_BIND=auto``) reserves one core and pins the
+    OpenMP threads to the others; the engine's Python helper threads (output sockets, ZMQ) then
+    share the pinned cores with the model. On 2 cores (one pinned thread) that halved the demo
+    LLM's token rate: alone, 96-126 tokens/s at 7.8-9.2 ms of engine CPU per token, against
+    190-249 tokens/s at 4.2-5.9 ms unpinned with the same one thread (BENCHMARKS.md, threads).
+    So the same thread count (cores - 1, at least 1), unpinned. A ``VLLM_CPU_OMP_THREADS_BIND``
+    set by the caller wins outright, an ``OMP_NUM_THREADS`` sets the count. The variables are
+    set only while the engine process starts (it reads them at spawn) and restored after;
+    engines started from several threads at once start one at a time here, so that none
+    restores what another is reading.
+
+    Yields:
+        The engine's OpenMP thread count (``OMP_NUM_THREADS``), or None where the caller's
+        ``VLLM_CPU_OMP_THREADS_BIND`` decides.
+    """
+    with _CPU_ENV_LOCK:
+        if "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+            yield None
+            return
+        ours = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+        if "OMP_NUM_THREADS" not in os.environ:
+            ours["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) - 1))
+        os.environ.update(ours)
+        try:
+            yield os.environ["OMP_NUM_THREADS"]
+        finally:
+            for name in ours:
+                del os.environ[name]
+
 
 _LIVE: weakref.WeakSet[VllmGenerator] = weakref.WeakSet()
 _ATEXIT_INSTALLED = False
@@ -290,7 +327,15 @@ class VllmGenerator(TokenGenerator):
             args.update(lora_engine_args(list(self._adapters.values()), get_args(MaxLoRARanks)))
         args.update(self._engine_kwargs)
         logger.debug(f"{self}: starting vLLM ({'cpu' if on_cpu else 'gpu'}, {dtype})")
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        if not on_cpu:
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        with cpu_engine_threads() as threads:
+            if threads is not None:
+                logger.info(
+                    f"{self}: vLLM CPU engine on {threads} OpenMP thread(s), unpinned (set "
+                    "OMP_NUM_THREADS or VLLM_CPU_OMP_THREADS_BIND to choose yourself)"
+                )
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
 
     def _require_running(self) -> Any:
         if self._llm is None or self._closed:
