@@ -83,7 +83,7 @@ def _stream(codec, frames, globals_, config, urgent_every: int = 0):
 @pytest.mark.parametrize(
     "config, urgent_every",
     [
-        (None, 0),  # the defaults: 4, 8, 16, 32, 64, 128 then the final flush
+        (None, 0),  # the defaults: 4, 8, 16, 32, 64, 128 then the final flush (the rest)
         (None, 7),  # urgent chunks of the previous size, as the engine sends when behind
         (StreamConfig(first_frames=1, lookahead_frames=0, growth=1.5, max_chunk_frames=9), 0),
         (StreamConfig(first_frames=3, lookahead_frames=5, crossfade_samples=400), 0),
@@ -102,8 +102,9 @@ def test_streams_equal_the_whole_window_streams_at_every_chunk_size(
         assert {4, 8, 16, 32, 64, 128} <= set(sizes)
     np.testing.assert_allclose(new, old, atol=ATOL)
     offline = codec.decode_windows([CodecWindow(frames=frames, condition=globals_)])[0]
-    # No worse than the old path, unless both are exact (float rounding: above 120 dB).
-    assert snr_db(offline, new) >= min(snr_db(offline, old) - 0.01, 120.0)
+    # No worse than the old path, unless both are exact: float32 rounding through the whole
+    # decoder leaves 110-130 dB (seams that are not exact are at 50-95 dB).
+    assert snr_db(offline, new) >= min(snr_db(offline, old) - 0.01, 110.0)
 
 
 async def test_batched_streams_with_one_aborted_mid_utterance_equal_their_solo_runs(

@@ -196,10 +196,13 @@ class StreamScheduler:
         if pending <= 0 or (not self._final and pending < needed):
             return None
         start = self.emitted
-        # A regular chunk is exactly its target, however many frames arrived at once: chunk
-        # boundaries (and so the seams) are then a function of the frame stream alone, not of
-        # how the LLM's output was grouped into deltas. Urgent and final chunks take all.
-        end = start + min(pending if self._final or urgent else needed, self._max)
+        # A chunk is at most its target, however many frames arrived at once: chunk boundaries
+        # (and so the seams) are then a function of the frame stream alone, not of how the
+        # LLM's output was grouped into deltas. An urgent chunk takes what is there up to the
+        # target: taking all of an LLM running far ahead would make the starving listener wait
+        # for the longest decode of all. A final flush goes on in targets too, and its last
+        # chunk takes the rest.
+        end = start + min(pending, self._target)
         self.emitted = end
         self.chunks += 1
         if pending >= self._target:
