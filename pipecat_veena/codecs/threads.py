@@ -3,12 +3,13 @@
 On a CPU the codec shares the cores with the LLM (vLLM's CPU engine runs its own OpenMP
 threads in its own process: cores - 1 of them, unpinned, ``generation.vllm_local``). A stream's
 first windows are small (BiCodec's default schedule emits 4, then 8 frames) and its convolutions
-run far below peak on two cores: per window, two threads cost 1.3-1.6x the CPU of one for a 1.2-1.4x shorter decode, CPU the LLM needs at that
-moment for the next tokens. Measured end to end (``benchmarks.threads``, spark demo, 2 cores)
-with vLLM's engine pinned to one core, calls of at most 8 frames on one thread lowered the time
-to first audio (one call 323 -> 275 ms) and the real-time factor (0.73 -> 0.68, four calls
-1.71 -> 1.44); with the engine unpinned (the default since) the difference is within the noise,
-and the codec CPU saved on short streams remains (``benchmarks.codec_cpu --streamed``).
+run far below peak on two cores: per window, two threads cost 1.3-1.6x the CPU of one for a
+1.2-1.4x shorter decode, CPU the LLM needs at that moment for the next tokens. Measured end to
+end (``benchmarks.threads``, spark demo, 2 cores) with vLLM's engine pinned to one core, calls
+of at most 8 frames on one thread lowered the time to first audio (one call 323 -> 275 ms) and
+the real-time factor (0.73 -> 0.68, four calls 1.71 -> 1.44); with the engine unpinned (the
+default since) the difference is within the noise, and the codec CPU saved on short streams
+remains (``benchmarks.codec_cpu --streamed``).
 """
 
 from __future__ import annotations
