@@ -103,9 +103,9 @@ def test_engine_process_ends_with_its_owner(tmp_path: Path, spark_tiny_checkpoin
 def test_engine_processes_get_our_openmp_settings_unless_the_user_chose(
     tmp_path: Path, spark_tiny_checkpoint: Path, chosen: dict[str, str]
 ):
-    # vLLM's EngineCore runs OpenMP threads on the cores the codec shares. Busy-waiting there
-    # cost a quarter of the throughput, and vLLM's own binding (its threads pinned, its helper
-    # threads with them) half the token rate (BENCHMARKS.md, threads). The generator sets
+    # vLLM's EngineCore runs OpenMP threads on the cores the codec shares: busy-waiting there
+    # takes CPU the codec needs, and vLLM's own binding (its threads pinned, its helper threads
+    # with them) halved the token rate on 2 cores (BENCHMARKS.md, threads). The generator sets
     # OMP_WAIT_POLICY=PASSIVE, VLLM_CPU_OMP_THREADS_BIND=nobind and OMP_NUM_THREADS=cores - 1
     # while vLLM spawns its processes, unless the user set them; its own environment keeps
     # none of the last two afterwards.
