@@ -142,7 +142,7 @@ def test_engine_processes_get_our_openmp_settings_unless_the_user_chose(
         expected = {name: (chosen or ours)[name] for name in compared}
         assert all(got == expected for got in seen), seen
         if not chosen:  # unpinned: the engine may run on every core its owner may
-            engine = [c for c in children if "VLLM" in c.name() or "EngineCore" in c.name()]
+            engine = _engine_processes(psutil.Process(owner.pid))
             assert engine and all(
                 set(c.cpu_affinity()) == os.sched_getaffinity(0) for c in engine
             ), [c.cpu_affinity() for c in engine]
@@ -227,9 +227,10 @@ async def test_the_engine_starts_off_the_event_loop_and_a_shutdown_meanwhile_rel
     assert not [p for p in _engine_processes() if p.pid not in earlier]
 
 
-def _engine_processes() -> list[psutil.Process]:
+def _engine_processes(root: psutil.Process | None = None) -> list[psutil.Process]:
+    """The live vLLM engine processes under ``root`` (this process by default)."""
     found = []
-    for p in psutil.Process().children(recursive=True):
+    for p in (root or psutil.Process()).children(recursive=True):
         try:
             if "VLLM" in p.name() or "EngineCore" in " ".join(p.cmdline()):
                 found.append(p)

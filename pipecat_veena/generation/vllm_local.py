@@ -17,7 +17,7 @@ import sys
 import threading
 import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import aclosing, contextmanager
+from contextlib import aclosing, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -327,9 +327,7 @@ class VllmGenerator(TokenGenerator):
             args.update(lora_engine_args(list(self._adapters.values()), get_args(MaxLoRARanks)))
         args.update(self._engine_kwargs)
         logger.debug(f"{self}: starting vLLM ({'cpu' if on_cpu else 'gpu'}, {dtype})")
-        if not on_cpu:
-            return AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
-        with cpu_engine_threads() as threads:
+        with cpu_engine_threads() if on_cpu else nullcontext() as threads:
             if threads is not None:
                 logger.info(
                     f"{self}: vLLM CPU engine on {threads} OpenMP thread(s), unpinned (set "
