@@ -24,7 +24,8 @@ from pipecat_veena.generation.vllm_local import VllmGenerator
 async def main():
     generator = VllmGenerator(sys.argv[1], max_model_len=512, max_num_seqs=2)
     await generator.start()
-    print("ready", flush=True)
+    print("ready", os.environ.get("OMP_NUM_THREADS"), os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+          flush=True)
     await asyncio.sleep(600)
 
 if __name__ == "__main__":
@@ -65,6 +66,10 @@ if __name__ == "__main__":
 """
 
 
+#: What the generator sets for vLLM's processes on a CPU unless the user set it.
+_OMP_NAMES = ("OMP_WAIT_POLICY", "VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS")
+
+
 @pytest.mark.parametrize("how", ["sigterm", "exit", "thread-sigterm", "thread-reader"])
 def test_engine_process_ends_with_its_owner(tmp_path: Path, spark_tiny_checkpoint: Path, how):
     if how.startswith("thread"):
@@ -73,15 +78,20 @@ def test_engine_process_ends_with_its_owner(tmp_path: Path, spark_tiny_checkpoin
     else:
         body = SCRIPT if how == "sigterm" else SCRIPT.replace("await asyncio.sleep(600)", "pass")
         args = [str(spark_tiny_checkpoint / "LLM")]
-    owner = _spawn_owner(tmp_path, body, args, dict(os.environ))
+    env = {k: v for k, v in os.environ.items() if k not in _OMP_NAMES}
+    owner = _spawn_owner(tmp_path, body, args, env)
     try:
         # vLLM logs to stdout too: read up to our marker (or EOF if the owner died).
-        assert any(line.strip() == "ready" for line in owner.stdout), "the engine never started"
+        ready = next((line.split() for line in owner.stdout if line.startswith("ready")), None)
+        assert ready is not None, "the engine never started"
         engines = [
             p for p in psutil.Process(owner.pid).children(recursive=True) if "python" in p.name()
         ]
         assert engines, "no engine process was started"
-        if how.endswith("sigterm"):
+        if how == "sigterm":  # one engine start checks the OpenMP settings too
+            _assert_openmp_settings(owner, ready, {})
+            owner.send_signal(signal.SIGTERM)
+        if how == "thread-sigterm":
             owner.send_signal(signal.SIGTERM)
         if how == "thread-reader":
             rest = owner.stdout.read()
@@ -97,55 +107,19 @@ def test_engine_process_ends_with_its_owner(tmp_path: Path, spark_tiny_checkpoin
             owner.kill()
 
 
-@pytest.mark.parametrize(
-    "chosen", [{}, {"OMP_WAIT_POLICY": "ACTIVE", "VLLM_CPU_OMP_THREADS_BIND": "0"}]
-)
-def test_engine_processes_get_our_openmp_settings_unless_the_user_chose(
-    tmp_path: Path, spark_tiny_checkpoint: Path, chosen: dict[str, str]
+def test_engine_processes_keep_the_openmp_settings_the_user_chose(
+    tmp_path: Path, spark_tiny_checkpoint: Path
 ):
-    # vLLM's EngineCore runs OpenMP threads on the cores the codec shares: busy-waiting there
-    # takes CPU the codec needs, and vLLM's own binding (its threads pinned, its helper threads
-    # with them) halved the token rate on 2 cores (BENCHMARKS.md, threads). The generator sets
-    # OMP_WAIT_POLICY=PASSIVE, VLLM_CPU_OMP_THREADS_BIND=nobind and OMP_NUM_THREADS=cores - 1
-    # while vLLM spawns its processes, unless the user set them; its own environment keeps
-    # none of the last two afterwards.
-    # EngineCore renames itself (setproctitle), which blanks its /proc environ; the process
-    # spawned beside it (multiprocessing's resource tracker) shows the environment they got.
-    # A fresh owner process, so that nothing started earlier in the session is looked at.
-    names = ("OMP_WAIT_POLICY", "VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS")
-    env = {k: v for k, v in os.environ.items() if k not in names} | chosen
-    cores = len(os.sched_getaffinity(0))
-    ours = {"OMP_WAIT_POLICY": "PASSIVE", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-            "OMP_NUM_THREADS": str(max(1, cores - 1))}  # fmt: skip
-    compared = names if not chosen else tuple(chosen)  # vLLM's own binding sets the count
-    body = SCRIPT.replace(
-        'print("ready", flush=True)',
-        'print("ready", os.environ.get("OMP_NUM_THREADS"), '
-        'os.environ.get("VLLM_CPU_OMP_THREADS_BIND"), flush=True)',
-    )
-    owner = _spawn_owner(tmp_path, body, [str(spark_tiny_checkpoint / "LLM")], env)
+    # (Our own settings are checked by test_engine_process_ends_with_its_owner[sigterm].)
+    chosen = {"OMP_WAIT_POLICY": "ACTIVE", "VLLM_CPU_OMP_THREADS_BIND": "0"}
+    env = {k: v for k, v in os.environ.items() if k not in _OMP_NAMES} | chosen
+    owner = _spawn_owner(tmp_path, SCRIPT, [str(spark_tiny_checkpoint / "LLM")], env)
     children: list[psutil.Process] = []
     try:
         ready = next((line.split() for line in owner.stdout if line.startswith("ready")), None)
         assert ready is not None, "the engine never started"
-        assert ready[1:] == ["None", chosen.get("VLLM_CPU_OMP_THREADS_BIND", "None")]
         children = psutil.Process(owner.pid).children(recursive=True)
-        seen = []
-        for child in children:
-            try:
-                child_env = child.environ()
-            except psutil.Error:
-                continue
-            if child_env:  # not blanked by a process title
-                seen.append({name: child_env.get(name) for name in compared})
-        assert seen, "no process spawned by the engine shows its environment"
-        expected = {name: (chosen or ours)[name] for name in compared}
-        assert all(got == expected for got in seen), seen
-        if not chosen:  # unpinned: the engine may run on every core its owner may
-            engine = _engine_processes(psutil.Process(owner.pid))
-            assert engine and all(
-                set(c.cpu_affinity()) == os.sched_getaffinity(0) for c in engine
-            ), [c.cpu_affinity() for c in engine]
+        _assert_openmp_settings(owner, ready, chosen)
     finally:
         owner.send_signal(signal.SIGTERM)
         try:
@@ -156,6 +130,41 @@ def test_engine_processes_get_our_openmp_settings_unless_the_user_chose(
         _, alive = psutil.wait_procs(children, timeout=15)
         for child in alive:
             child.kill()
+
+
+def _assert_openmp_settings(owner: subprocess.Popen, ready: list[str], chosen: dict) -> None:
+    """The engine's processes got our OpenMP settings, or the ones the user ``chosen``.
+
+    vLLM's EngineCore runs OpenMP threads on the cores the codec shares: busy-waiting there
+    takes CPU the codec needs, and vLLM's own binding (its threads pinned, its helper threads
+    with them) halved the token rate on 2 cores (BENCHMARKS.md, threads). The generator sets
+    OMP_WAIT_POLICY=PASSIVE, VLLM_CPU_OMP_THREADS_BIND=nobind and OMP_NUM_THREADS=cores - 1
+    while vLLM spawns its processes, unless the user set them; the owner's own environment
+    (``ready``: what the owner printed once its engine started) keeps none of the last two.
+    EngineCore renames itself (setproctitle), which blanks its /proc environ; the process
+    spawned beside it (multiprocessing's resource tracker) shows the environment they got.
+    """
+    cores = len(os.sched_getaffinity(0))
+    ours = {"OMP_WAIT_POLICY": "PASSIVE", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "OMP_NUM_THREADS": str(max(1, cores - 1))}  # fmt: skip
+    compared = _OMP_NAMES if not chosen else tuple(chosen)  # vLLM's own binding sets the count
+    assert ready[1:] == ["None", chosen.get("VLLM_CPU_OMP_THREADS_BIND", "None")]
+    seen = []
+    for child in psutil.Process(owner.pid).children(recursive=True):
+        try:
+            child_env = child.environ()
+        except psutil.Error:
+            continue
+        if child_env:  # not blanked by a process title
+            seen.append({name: child_env.get(name) for name in compared})
+    assert seen, "no process spawned by the engine shows its environment"
+    expected = {name: (chosen or ours)[name] for name in compared}
+    assert all(got == expected for got in seen), seen
+    if not chosen:  # unpinned: the engine may run on every core its owner may
+        engine = _engine_processes(psutil.Process(owner.pid))
+        assert engine and all(set(c.cpu_affinity()) == os.sched_getaffinity(0) for c in engine), [
+            c.cpu_affinity() for c in engine
+        ]
 
 
 def _spawn_owner(
