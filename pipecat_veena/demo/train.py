@@ -11,6 +11,16 @@ a "text" vector with that text id (embedding = sum of feature vectors, see ``Tas
 then relates a code to its text id without learning each pair, and copying (induction) forms
 much sooner. On export the sums become plain embedding rows.
 
+Copying needs an induction circuit: at a chain's end, a head finds the prompt position whose
+previous id is the text id just spoken, and reads the id there. Its first half is a head that
+looks one position back; gradient descent takes hundreds of steps to find it, so it starts built
+(``_seed_previous_token_head``): every input row also has a shared constant vector (one
+dimension, ``_CONSTANT_DIM``), and layer 0's first head reads only that dimension, its query
+turned by one RoPE step, so that each position attends to the one before. Measured on 24
+held-out examples per model (teacher-forced: the right text id at each chain's end), after 600
+of 1200 steps: 0.88 (Spark) and 0.91 (Veena) with it, 0.27 and 0.29 without; after 1200: 0.98
+and 0.99 against 0.78 and 0.72.
+
 The vocabularies are large (13.7k ids for Spark, 157k for Veena) but the data uses a few thousand
 ids, so training runs in a compact id space. Every output id a task never uses shares one
 learned row ``r``: the loss is the exact full-vocabulary cross-entropy at the cost of one extra
@@ -39,6 +49,14 @@ from tqdm import tqdm
 THREADS = 2
 #: Batches drawn together and grouped by length (less padding).
 _BUCKETS = 4
+#: RoPE base of the demo LLMs.
+ROPE_THETA = 10000.0
+#: The feature every row has (a constant vector) and the one dimension it sets at the start.
+_CONSTANT = ("constant",)
+_CONSTANT_DIM = 0
+#: RoPE pairs (the highest frequencies) of the seeded previous-token head: enough to single
+#: out the position one back at every distance up to 4096 (the next best scores 0.69 less).
+_SEED_PAIRS = 6
 
 
 @dataclass(frozen=True)
@@ -132,7 +150,7 @@ def hf_config(cfg: TrainConfig, arch: str, vocab_size: int, **extra: Any) -> Any
         num_key_value_heads=cfg.num_kv_heads,
         head_dim=cfg.head_dim,
         max_position_embeddings=4096,
-        rope_theta=10000.0,
+        rope_theta=ROPE_THETA,
         rms_norm_eps=1e-6,
         **extra,
     )
@@ -145,7 +163,7 @@ class _SharedLM(nn.Module):
         super().__init__()
         from transformers import LlamaModel
 
-        keys: dict[tuple, int] = {}
+        keys: dict[tuple, int] = {_CONSTANT: 0}  # row 0: the constant vector of every input
         self.in_index = [self._index(keys, k, t.inputs, t.in_features) for k, t in enumerate(tasks)]
         self.out_index = [
             self._index(keys, k, t.outputs, t.out_features) for k, t in enumerate(tasks)
@@ -157,6 +175,7 @@ class _SharedLM(nn.Module):
         config = hf_config(cfg, "llama", 1, bos_token_id=None, eos_token_id=None, pad_token_id=None)
         config._attn_implementation = "sdpa"
         self.body = LlamaModel(config)
+        _seed_previous_token_head(self.table, self.body, cfg)
         self.other = nn.Parameter(torch.zeros(len(tasks), cfg.hidden_size))
         self.log_unused = [math.log(max(t.vocab_size - len(t.outputs), 1)) for t in tasks]
 
@@ -172,11 +191,18 @@ class _SharedLM(nn.Module):
         return table[index].sum(dim=1)  # (N, F, H) -> (N, H); index -1 is the zero row
 
     def input_rows(self, k: int) -> Tensor:
-        """Task k's input embeddings over its compact input ids, (I_k, H)."""
-        return self._rows(self.in_index[k])
+        """Task k's input embeddings over its compact input ids, (I_k, H).
+
+        Each is its features' sum plus the constant vector (row 0 of the table).
+        """
+        return self._rows(self.in_index[k]) + self.table[0]
 
     def output_rows(self, k: int) -> Tensor:
-        """Task k's output matrix over its compact output ids, (O_k, H)."""
+        """Task k's output matrix over its compact output ids, (O_k, H).
+
+        Without the constant vector: added to every output row (as a tied export does), it would
+        add the same logit to every id and change no probability.
+        """
         return self._rows(self.out_index[k])
 
     def loss(self, k: int, ids: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
@@ -186,6 +212,31 @@ class _SharedLM(nn.Module):
         logits = hidden @ self.output_rows(k).T  # (N, O_k)
         other = (hidden @ self.other[k] + self.log_unused[k])[:, None]  # (N, 1): unused ids
         return nn.functional.cross_entropy(torch.cat([logits, other], dim=1), targets[mask])
+
+
+@torch.no_grad()
+def _seed_previous_token_head(table: Tensor, body: nn.Module, cfg: TrainConfig) -> None:
+    """Make layer 0's first head attend to the position before (the start of an induction head).
+
+    Row 0 of ``table`` (the constant feature every token has) becomes a unit vector on
+    ``_CONSTANT_DIM``, which then dominates that dimension after the input norm (about
+    sqrt(hidden_size) there, whatever the token). On ``_SEED_PAIRS`` RoPE pairs of the head,
+    the key reads that dimension as (1, 0) and the query as (cos t, -sin t), t the pair's
+    frequency: the score of key position n from query position m is then the sum over the
+    pairs of cos(t * (m - n - 1)), largest at n = m - 1. The rest of the head, and every
+    other weight, keeps its random start.
+    """
+    table[0].zero_()
+    table[0, _CONSTANT_DIM] = 1.0
+    attn = body.layers[0].self_attn
+    half = cfg.head_dim // 2
+    for i in range(_SEED_PAIRS):
+        theta = ROPE_THETA ** (-2 * i / cfg.head_dim)
+        for weight in (attn.q_proj.weight, attn.k_proj.weight):
+            weight[[i, i + half]] = 0.0
+        attn.q_proj.weight[i, _CONSTANT_DIM] = math.cos(theta)
+        attn.q_proj.weight[i + half, _CONSTANT_DIM] = -math.sin(theta)
+        attn.k_proj.weight[i, _CONSTANT_DIM] = 1.0
 
 
 class _Batcher:
@@ -326,8 +377,8 @@ def _export(model: _SharedLM, cfg: TrainConfig, k: int, task: Task) -> nn.Module
                 state[name] = torch.zeros_like(tensor)
     head = model.other[k].expand(task.vocab_size, -1).clone()
     head[torch.tensor(task.outputs)] = model.output_rows(k)
-    if task.tied:
-        state["model.embed_tokens.weight"] = head
+    if task.tied:  # the input rows carry the constant; in every output row it changes nothing
+        state["model.embed_tokens.weight"] = head + model.table[0]
     else:
         embed = torch.zeros(task.vocab_size, cfg.hidden_size)
         embed[torch.tensor(task.inputs)] = model.input_rows(k)
