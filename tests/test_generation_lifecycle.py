@@ -80,18 +80,17 @@ def test_engine_process_ends_with_its_owner(tmp_path: Path, spark_tiny_checkpoin
         args = [str(spark_tiny_checkpoint / "LLM")]
     env = {k: v for k, v in os.environ.items() if k not in _OMP_NAMES}
     owner = _spawn_owner(tmp_path, body, args, env)
+    children: list[psutil.Process] = []
     try:
         # vLLM logs to stdout too: read up to our marker (or EOF if the owner died).
         ready = next((line.split() for line in owner.stdout if line.startswith("ready")), None)
         assert ready is not None, "the engine never started"
-        engines = [
-            p for p in psutil.Process(owner.pid).children(recursive=True) if "python" in p.name()
-        ]
+        children = psutil.Process(owner.pid).children(recursive=True)
+        engines = _engine_processes(psutil.Process(owner.pid))
         assert engines, "no engine process was started"
         if how == "sigterm":  # one engine start checks the OpenMP settings too
             _assert_openmp_settings(owner, ready, {})
-            owner.send_signal(signal.SIGTERM)
-        if how == "thread-sigterm":
+        if how.endswith("sigterm"):
             owner.send_signal(signal.SIGTERM)
         if how == "thread-reader":
             rest = owner.stdout.read()
@@ -99,12 +98,12 @@ def test_engine_process_ends_with_its_owner(tmp_path: Path, spark_tiny_checkpoin
         owner.wait(timeout=60)
         assert owner.returncode in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and any(_alive(p) for p in engines):
+        while time.monotonic() < deadline and any(_alive(p) for p in children):
             time.sleep(0.2)
         assert not [p.pid for p in engines if _alive(p)], "engine process orphaned"
+        assert not [p.pid for p in children if _alive(p)], "a process of the engine orphaned"
     finally:
-        if owner.poll() is None:
-            owner.kill()
+        _stop(owner, children)
 
 
 def test_engine_processes_keep_the_openmp_settings_the_user_chose(
@@ -121,15 +120,22 @@ def test_engine_processes_keep_the_openmp_settings_the_user_chose(
         children = psutil.Process(owner.pid).children(recursive=True)
         _assert_openmp_settings(owner, ready, chosen)
     finally:
+        _stop(owner, children)
+
+
+def _stop(owner: subprocess.Popen, children: list[psutil.Process]) -> None:
+    """End an owner still running (SIGTERM, SIGKILL after 60 s), then any of its ``children``
+    still alive 15 s later: nothing a test started outlives it, also when it failed."""
+    if owner.poll() is None:
         owner.send_signal(signal.SIGTERM)
         try:
             owner.wait(timeout=60)
         except subprocess.TimeoutExpired:
             owner.kill()
             owner.wait()
-        _, alive = psutil.wait_procs(children, timeout=15)
-        for child in alive:
-            child.kill()
+    _, alive = psutil.wait_procs(children, timeout=15)
+    for child in alive:
+        child.kill()
 
 
 def _assert_openmp_settings(owner: subprocess.Popen, ready: list[str], chosen: dict) -> None:
