@@ -173,7 +173,11 @@ async def test_cancelled_consumer_aborts_at_once(spark):
 async def test_sixteen_concurrent_streams_match_their_solo_runs(spark):
     """Isolation: under load each stream generates exactly its seeded solo tokens, and its audio
     matches its solo audio (chunk boundaries and batch composition differ, so to float rounding
-    and the seam error, not bit for bit)."""
+    and the seam error, not bit for bit).
+
+    Where the loop guard stops a stream, vLLM may generate a few more tokens before the abort
+    reaches it, as many as the timing allows: those are never heard, so only the shorter run's
+    tokens are compared, and the audio, cut where the guard's check fell, must be as long."""
     engine, rec = spark
     texts = [f"Caller {i} asks about order number {1000 + i}." for i in range(16)]
 
@@ -187,9 +191,10 @@ async def test_sixteen_concurrent_streams_match_their_solo_runs(spark):
     together = await asyncio.gather(*(run(i) for i in range(16)))
     assert engine.stats()["unfinished_requests"] == 0
     assert engine.stats()["decode_batch_mean"] > 1.0
-    for i in (0, 5, 11):
+    for i in (0, 4, 5, 10, 11):
         pcm, tokens = await run(i)
-        assert tokens == together[i][1], f"stream {i}: tokens differ from its solo run"
+        n = min(len(tokens), len(together[i][1]))
+        assert tokens[:n] == together[i][1][:n], f"stream {i}: tokens differ from its solo run"
         assert len(pcm) == len(together[i][0])
         assert snr_db(pcm.astype(float), together[i][0].astype(float)) > 40
 

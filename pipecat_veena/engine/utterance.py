@@ -35,6 +35,8 @@ from pipecat_veena.tracing import UtteranceTrace
 #: A code stream periodic over this many seconds is a loop; periods up to LOOP_PERIOD_S count.
 LOOP_WINDOW_S = 3.0
 LOOP_PERIOD_S = 0.5
+#: The loop guard checks at every this many codes (rounded up to whole frames) of the stream.
+_LOOP_CHECK_CODES = 16
 
 
 @dataclass
@@ -111,7 +113,9 @@ class Utterance:
         self.started = time.perf_counter()
         self.trace: UtteranceTrace | None = None  # set by the engine when traced
         self.guard = RepetitionGuard(
-            window=round(LOOP_WINDOW_S * self.rate), max_period=round(LOOP_PERIOD_S * self.rate)
+            window=round(LOOP_WINDOW_S * self.rate),
+            max_period=round(LOOP_PERIOD_S * self.rate),
+            check_every=codec.codes_per_frame * -(-_LOOP_CHECK_CODES // codec.codes_per_frame),
         )
         # Word timing: a group (parts up to one whose written text closes it) is aligned once
         # its audio is complete, off the loop; its words ride the next chunk after that.
@@ -238,7 +242,9 @@ class Utterance:
             return []
         if not self.first_code_at:
             self.first_code_at = time.monotonic()
-        if self.guard.feed(codes):
+        was_looping = self.guard.tripped
+        codes = codes[: self.guard.feed(codes)]  # without the loop's tail past the check
+        if self.guard.tripped and not was_looping:
             self.cut = "loop_guard"
             logger.warning(
                 f"{self.rid}: generation is looping (period {self.guard.period} codes); "
