@@ -273,7 +273,9 @@ class _FailingGenerator(RecordingGenerator):
 async def test_engine_error_mid_utterance_then_next_utterance_plays(
     spark_tiny_checkpoint, spark_generator
 ):
-    failing = _FailingGenerator(spark_generator, fail_after=120)  # first audio after ~55
+    # first audio after about 55 tokens (32 globals, markers, 20 semantics): the fault comes
+    # soon after, long before the end of the 200 or so semantics the text asks for
+    failing = _FailingGenerator(spark_generator, fail_after=75)
     engine = VeenaEngine(
         EngineConfig(checkpoint=spark_tiny_checkpoint, warmup=False), generator=failing
     )

@@ -27,10 +27,12 @@ DEMO_KINDS = ("spark", "spark-tiny", "veena")
 #: Bump when the checkpoints change in a way the source hash does not show.
 BUILDER_VERSION = 1
 MARKER = "demo.json"
-#: Training steps of the two demo LLMs together (batches alternate between them): with the seeded
-#: previous-token head (``train``), 1000 follow the grammar as well as 1200 did without it; 800
-#: did not (Spark stopped at 0.5-1.5x the asked length in 30 of 42 greedy streams).
-TRAIN_STEPS = 1000
+#: Training steps of the two demo LLMs together (batches alternate between them). With the
+#: seeded copy circuit (``train``) 600 steps train in about 85 s on 2 cores (1000 took 224-235 s
+#: before it) and stop within 0.5-1.5x of the asked length in 42/42 greedy and 126/126 sampled
+#: Spark streams, 26/28 and 79/84 Veena ones (BENCHMARKS.md, demo). 300 steps (49 s) left the
+#: models unsure where a text repeats an id: streams looped or stopped early.
+TRAIN_STEPS = 600
 #: Both demo LLMs, trained together once: ``spark/`` and ``veena/`` (HF directories).
 _LLMS = ".llms"
 _BICODEC = {"spark": "real", "spark-tiny": "tiny"}

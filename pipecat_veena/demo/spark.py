@@ -198,6 +198,20 @@ class SparkData:
             return (("text", token), ("in", "text"))
         return ((side, token),)
 
+    def role(self, feature: tuple) -> str | None:
+        """A feature's role in the seeded copy circuit (``Task.role``)."""
+        kind, value = feature
+        if kind == "text":
+            return "text"
+        if feature == ("in", "text"):
+            return "text-token"
+        if feature == ("in-slot", SEMANTICS_PER_TOKEN - 1):
+            return "chain-end"
+        if feature == ("out", self.id("<|im_end|>")):
+            return "end"
+        starts = self.m("task_tts", "task_controllable_tts")
+        return "start" if kind == "in" and value in starts else None
+
     def id_sets(self) -> tuple[list[int], list[int]]:
         """(input ids, output ids) the examples can contain, sorted."""
         text = sorted(self.g.semantics)
@@ -251,6 +265,7 @@ def spark_task(tok: Tokenizer) -> Task:
         out_features=lambda t: data.features(t, "out"),
         bos_id=tok.token_to_id("<|endoftext|>"),
         eos_id=tok.token_to_id("<|im_end|>"),
+        role=data.role,
     )
 
 

@@ -12,14 +12,19 @@ then relates a code to its text id without learning each pair, and copying (indu
 much sooner. On export the sums become plain embedding rows.
 
 Copying needs an induction circuit: at a chain's end, a head finds the prompt position whose
-previous id is the text id just spoken, and reads the id there. Its first half is a head that
-looks one position back; gradient descent takes hundreds of steps to find it, so it starts built
-(``_seed_previous_token_head``): every input row also has a shared constant vector (one
-dimension, ``_CONSTANT_DIM``), and layer 0's first head reads only that dimension, its query
-turned by one RoPE step, so that each position attends to the one before. Measured on 24
-held-out examples per model (teacher-forced: the right text id at each chain's end), after 600
-of 1200 steps: 0.88 (Spark) and 0.91 (Veena) with it, 0.27 and 0.29 without; after 1200: 0.98
-and 0.99 against 0.78 and 0.72.
+previous id is the text id just spoken, and reads the id there. Gradient descent takes hundreds
+of steps to find one, so it starts built (``_seed_copy_circuit``) from the roles the tasks give
+their features (``Task.role``): in layer 0 a head looks one position back and copies that
+token's text vector; in layer 1, at a chain's last code, a head looks for the text token that
+followed the current text id and copies its text vector, which the first code of the next chain
+shares (elsewhere it rests on the prompt's first token); a second one copies the speaker's
+vector, which Veena's speaker-dependent codes share; the end-of-speech row fires at a chain's
+end where no text followed. Training then tunes it. Measured on 24 held-out examples per model
+(teacher-forced, 300 steps in all), the share of chain starts predicted right where the text id
+just spoken is unique in the text: 0.98 (Spark) and 0.99 (Veena) after 150 steps, 1.00 and
+1.00 after 300; with only the previous-token head seeded, 0.00 and 0.00, then 0.16 and 0.17.
+Where the id repeats the circuit cannot tell the places apart (0.74 and 0.60 after 300 steps):
+matching the two ids before as well would be the next step.
 
 The vocabularies are large (13.7k ids for Spark, 157k for Veena) but the data uses a few thousand
 ids, so training runs in a compact id space. Every output id a task never uses shares one
@@ -49,14 +54,50 @@ from tqdm import tqdm
 THREADS = 2
 #: Batches drawn together and grouped by length (less padding).
 _BUCKETS = 4
-#: RoPE base of the demo LLMs.
-ROPE_THETA = 10000.0
+#: RoPE base of the demo LLMs (Qwen2's): its slowest pairs turn less than 0.6 rad over the
+#: longest sequence (580 ids), so the seeded copy head can match text ids at any distance.
+ROPE_THETA = 1e6
 #: The feature every row has (a constant vector) and the one dimension it sets at the start.
 _CONSTANT = ("constant",)
 _CONSTANT_DIM = 0
+#: Residual dimensions the seeded copy circuit uses; every other weight starts random.
+_TEXT_DIMS = tuple(range(1, 13))  # a text id's vector (its codes share it)
+_TEXT_TOKEN_DIM = 13  # set on text tokens, not on their codes
+_CHAIN_END_DIM = 14  # set on the last code of a chain
+_START_DIM = 15  # set on a prompt's first token (where the copy head rests)
+_PREV_TEXT_DIMS = tuple(range(16, 28))  # layer 0: the previous token's text vector
+_PREV_TEXT_TOKEN_DIM = 28  # layer 0: whether the previous token was a text token
+_SPEAKER_DIMS = tuple(range(29, 37))  # a speaker's vector (its tag and its codes share it)
+_SPEAKER_TAG_DIM = 37  # set on a prompt's speaker tag
+_NEXT_TEXT_DIM = 38  # layer 1: whether the copy head read a text token (else: the text ended)
+_FILLER_DIM = 39  # tops every input up to the same length on the circuit's dimensions
+#: Squared length of every input on the circuit's dimensions (a text vector and a flag).
+_CONTENT = 2.0
+#: Feature roles a task gives (``Task.role``) and the dimension each sets.
+_ROLE_DIMS = {
+    "text-token": _TEXT_TOKEN_DIM,
+    "chain-end": _CHAIN_END_DIM,
+    "start": _START_DIM,
+    "speaker-tag": _SPEAKER_TAG_DIM,
+}
 #: RoPE pairs (the highest frequencies) of the seeded previous-token head: enough to single
-#: out the position one back at every distance up to 4096 (the next best scores 0.69 less).
+#: out the position one back at every distance up to 4096 (the next best scores 0.57 less).
 _SEED_PAIRS = 6
+#: RoPE pairs of the copy head: content match on the slowest six (12 dims, one per text
+#: dimension), "previous token is text" on the next, "rest at the start" on the one before.
+_COPY_PAIRS, _TEXT_TOKEN_PAIR, _START_PAIR = tuple(range(10, 16)), 9, 8
+#: RMSNorm scale of a token's input at layer 0 and layer 1, sqrt(hidden) over its length: 1
+#: for the constant, sqrt(_CONTENT) on the circuit, ~0.3 of random features; at layer 1 also
+#: the previous token's copy and the random heads' and MLP's output (measured: 4.2-5.0).
+_NORM0, _NORM1 = 6.4, 4.6
+#: Attention scores (logits) the seeded heads start with, and the copy's output gain.
+_PREV_SCORE = 21.0  # per unit of RoPE cosine: 12 logits between one back and the next best
+_COPY_SCORE = 30.0  # matching text vector (random ones in 12 dims: cosine sd 0.29)
+_TEXT_TOKEN_SCORE = 30.0  # the previous token is a text token: codes of the id fall behind
+_START_SCORE = 50.0  # not at a chain's end: rest on the prompt's first token
+_COPY_GAIN = 3.0  # the copied text vector outweighs the current one 3:1
+_SPEAKER_SCORE = 30.0  # the speaker head: the prompt's speaker tag
+_END_LOGIT = 3.0  # end-of-speech output row on the chain-end and next-text dimensions
 
 
 @dataclass(frozen=True)
@@ -92,6 +133,11 @@ class Task:
         out_features: id -> feature keys of its output row (tied: must be ``in_features``).
         tied: tie input and output embeddings (``inputs`` must then equal ``outputs``).
         bos_id, eos_id: written into the model config.
+        role: feature key -> its role in the seeded copy circuit: "text" (a text id's vector,
+            shared by the text token and its codes), "text-token" (only text tokens have it),
+            "chain-end" (only a chain's last code has it), "start" (a prompt's first token),
+            "speaker" (a speaker's vector, shared by its tag and its codes), "speaker-tag"
+            (only speaker tags have it), "end" (the end-of-speech output); None for the rest.
     """
 
     name: str
@@ -105,6 +151,7 @@ class Task:
     tied: bool = False
     bos_id: int | None = None
     eos_id: int | None = None
+    role: Callable[[tuple], str | None] = lambda feature: None
 
 
 @dataclass(frozen=True)
@@ -175,7 +222,8 @@ class _SharedLM(nn.Module):
         config = hf_config(cfg, "llama", 1, bos_token_id=None, eos_token_id=None, pad_token_id=None)
         config._attn_implementation = "sdpa"
         self.body = LlamaModel(config)
-        _seed_previous_token_head(self.table, self.body, cfg)
+        roles = {row: tasks[key[0]].role(key[1]) for key, row in keys.items() if key != _CONSTANT}
+        _seed_copy_circuit(self.table, self.body, cfg, roles, self.in_index)
         self.other = nn.Parameter(torch.zeros(len(tasks), cfg.hidden_size))
         self.log_unused = [math.log(max(t.vocab_size - len(t.outputs), 1)) for t in tasks]
 
@@ -215,28 +263,175 @@ class _SharedLM(nn.Module):
 
 
 @torch.no_grad()
-def _seed_previous_token_head(table: Tensor, body: nn.Module, cfg: TrainConfig) -> None:
-    """Make layer 0's first head attend to the position before (the start of an induction head).
+def _seed_copy_circuit(
+    table: Tensor,
+    body: nn.Module,
+    cfg: TrainConfig,
+    roles: dict[int, str | None],
+    inputs: Sequence[Tensor],
+) -> None:
+    """Build the induction circuit that copies text ids into chains (see the module docstring).
 
-    Row 0 of ``table`` (the constant feature every token has) becomes a unit vector on
-    ``_CONSTANT_DIM``, which then dominates that dimension after the input norm (about
-    sqrt(hidden_size) there, whatever the token). On ``_SEED_PAIRS`` RoPE pairs of the head,
-    the key reads that dimension as (1, 0) and the query as (cos t, -sin t), t the pair's
-    frequency: the score of key position n from query position m is then the sum over the
-    pairs of cos(t * (m - n - 1)), largest at n = m - 1. The rest of the head, and every
-    other weight, keeps its random start.
+    Feature rows first: row 0 (the constant every input has) becomes a unit vector on
+    ``_CONSTANT_DIM``; a "text" ("speaker") row gets a random unit vector on ``_TEXT_DIMS``
+    (``_SPEAKER_DIMS``); the "end" row reads ``_CHAIN_END_DIM`` minus ``_NEXT_TEXT_DIM``; the
+    other roles set their own dimension to 1. Every other row is zero on the circuit's
+    dimensions. Then ``_equalise`` gives every input (``inputs``: each task's feature indexes)
+    the same length there, so that RMSNorm scales every token alike.
+
+    Layer 0, head 0 looks one position back (``_seed_previous_token_head``) and writes that
+    token's text vector and text-token flag into ``_PREV_TEXT_DIMS`` and
+    ``_PREV_TEXT_TOKEN_DIM``. Layer 1, head 0 scores key position n from query position m as
+
+        _COPY_SCORE * cos(text(m), previous text(n))
+        + _TEXT_TOKEN_SCORE * [m ends a chain] * [token n - 1 is a text token]
+        + _START_SCORE * [m does not end a chain] * [n is the prompt's first token]
+
+    on RoPE pairs slow enough to ignore distance, so that at a chain's end it reads the text
+    token that followed the current text id in the prompt, and elsewhere rests on the first
+    token, whose text vector is zero. It adds what it reads, times ``_COPY_GAIN``, to the text
+    dimensions, and its text-token flag to ``_NEXT_TEXT_DIM``. Layer 1, head 2 copies the
+    speaker's vector (``_seed_speaker_head``). The rest of those heads, the other heads and both
+    MLPs keep their random start.
     """
+    circuit = [*_TEXT_DIMS, *_ROLE_DIMS.values(), *_PREV_TEXT_DIMS, _PREV_TEXT_TOKEN_DIM]
+    circuit += [*_SPEAKER_DIMS, _NEXT_TEXT_DIM]
+    table[:, [*circuit, _FILLER_DIM]] = 0.0
     table[0].zero_()
     table[0, _CONSTANT_DIM] = 1.0
-    attn = body.layers[0].self_attn
+    vectors = {"text": _TEXT_DIMS, "speaker": _SPEAKER_DIMS}
+    for row, role in roles.items():
+        if role in vectors:
+            vector = torch.randn(len(vectors[role]))
+            table[row, list(vectors[role])] = vector / vector.norm()
+        elif role == "end":
+            table[row, _CHAIN_END_DIM], table[row, _NEXT_TEXT_DIM] = _END_LOGIT, -_END_LOGIT
+        elif role is not None:
+            table[row, _ROLE_DIMS[role]] = 1.0
+    _equalise(table, inputs, roles, circuit)
+    _seed_previous_token_head(body.layers[0].self_attn, cfg)
+    _seed_copy_head(body.layers[1].self_attn, cfg)
+    _seed_speaker_head(body.layers[1].self_attn, cfg)
+
+
+def _equalise(
+    table: Tensor, inputs: Sequence[Tensor], roles: dict[int, str | None], dims: list[int]
+) -> None:
+    """Top every input up to ``_CONTENT`` (squared length on ``dims``) on ``_FILLER_DIM``.
+
+    The seeded previous-token head reads the constant dimension, which RMSNorm scales by the
+    inverse of the token's length: a token with less on the circuit (a structure token) would
+    otherwise be a 1.7 times louder key and draw the head two or three positions back. Each
+    input's shortfall goes on its first feature row that is not a shared vector ("text",
+    "speaker"); the tasks' features are such that every input sharing that row falls short
+    by the same amount (a code's place in its chain, a structure token's own row).
+
+    Raises:
+        ValueError: when two inputs need different amounts on one row, or one is too long.
+    """
+    content = table[:, dims].square().sum(dim=1)
+    filler: dict[int, float] = {}
+    for index in inputs:
+        for rows in index.tolist():
+            rows = [r for r in rows if r >= 0]
+            if any(roles.get(r) == "end" for r in rows):
+                continue  # end of speech ends a sequence: never an input (tied Veena lists it)
+            short = _CONTENT - sum(content[r].item() for r in rows)
+            free = [r for r in rows if roles.get(r) not in ("text", "speaker")]
+            if short < -1e-6 or (short > 1e-6 and not free):
+                raise ValueError(f"demo LLM input with features {rows}: cannot fill to length")
+            if free and abs(filler.setdefault(free[0], short) - short) > 1e-6:
+                raise ValueError(f"feature row {free[0]} would need two different fillers")
+    for row, short in filler.items():
+        table[row, _FILLER_DIM] = math.sqrt(max(short, 0.0))
+
+
+def _pair_rows(cfg: TrainConfig, head: int, pairs: Sequence[int]) -> list[int]:
+    """Rows of a head's query (or key) that RoPE pairs ``pairs`` use: i and i + head_dim / 2."""
+    base, half = head * cfg.head_dim, cfg.head_dim // 2
+    return [base + i for i in pairs] + [base + i + half for i in pairs]
+
+
+def _weight(score: float, norm: float, cfg: TrainConfig) -> float:
+    """Query and key weight for unit inputs scaled by ``norm``: their dot product is ``score``."""
+    return math.sqrt(score * math.sqrt(cfg.head_dim)) / norm
+
+
+def _copy_values(attn: nn.Module, v_head: int, o_head: int, moves: Sequence[tuple]) -> None:
+    """Make value head ``v_head`` read and query head ``o_head``'s output write dimensions.
+
+    ``moves`` are (from dim, to dim, gain); the rows and columns they use start at zero, the
+    rest of the head keeps its random start.
+    """
+    v, o = attn.v_proj.weight, attn.o_proj.weight
+    head_dim = v.shape[0] // attn.config.num_key_value_heads
+    for j, (src, dst, gain) in enumerate(moves):
+        v[v_head * head_dim + j] = 0.0
+        o[:, o_head * head_dim + j] = 0.0
+        v[v_head * head_dim + j, src] = 1.0
+        o[dst, o_head * head_dim + j] = gain
+
+
+def _seed_previous_token_head(attn: nn.Module, cfg: TrainConfig) -> None:
+    """Query head 0 of ``attn`` (layer 0; key/value head 0) looks one position back.
+
+    On ``_SEED_PAIRS`` RoPE pairs the key reads the constant dimension as (1, 0) and the query
+    as (cos t, -sin t), t the pair's frequency: the score of key position n from query m is then
+    proportional to the sum over the pairs of cos(t * (m - n - 1)), largest at n = m - 1.
+    It copies that token's text vector and text-token flag to the "previous" dimensions, at
+    their original length.
+    """
     half = cfg.head_dim // 2
+    q, k = attn.q_proj.weight, attn.k_proj.weight
+    rows = _pair_rows(cfg, 0, range(_SEED_PAIRS))
+    q[rows], k[rows] = 0.0, 0.0
+    w = _weight(_PREV_SCORE, _NORM0, cfg)
     for i in range(_SEED_PAIRS):
         theta = ROPE_THETA ** (-2 * i / cfg.head_dim)
-        for weight in (attn.q_proj.weight, attn.k_proj.weight):
-            weight[[i, i + half]] = 0.0
-        attn.q_proj.weight[i, _CONSTANT_DIM] = math.cos(theta)
-        attn.q_proj.weight[i + half, _CONSTANT_DIM] = -math.sin(theta)
-        attn.k_proj.weight[i, _CONSTANT_DIM] = 1.0
+        q[i, _CONSTANT_DIM], q[i + half, _CONSTANT_DIM] = w * math.cos(theta), -w * math.sin(theta)
+        k[i, _CONSTANT_DIM] = w
+    sources = [*_TEXT_DIMS, _TEXT_TOKEN_DIM]
+    targets = [*_PREV_TEXT_DIMS, _PREV_TEXT_TOKEN_DIM]
+    _copy_values(attn, 0, 0, [(s, t, 1.0 / _NORM0) for s, t in zip(sources, targets, strict=True)])
+
+
+def _seed_copy_head(attn: nn.Module, cfg: TrainConfig) -> None:
+    """Query head 0 of ``attn`` (layer 1; key/value head 0) is the copy head.
+
+    Scores as in ``_seed_copy_circuit``; it adds the text vector it reads (times
+    ``_COPY_GAIN``) to the text dimensions and its text-token flag to ``_NEXT_TEXT_DIM``.
+    """
+    q, k = attn.q_proj.weight, attn.k_proj.weight
+    pairs = [_START_PAIR, _TEXT_TOKEN_PAIR, *_COPY_PAIRS]
+    rows = _pair_rows(cfg, 0, pairs)
+    q[rows], k[rows] = 0.0, 0.0
+    w = _weight(_COPY_SCORE, _NORM1, cfg)
+    content = _pair_rows(cfg, 0, _COPY_PAIRS)
+    for row, src, dst in zip(content, _TEXT_DIMS, _PREV_TEXT_DIMS, strict=True):
+        q[row, src], k[row, dst] = w, w
+    w = _weight(_TEXT_TOKEN_SCORE, _NORM1, cfg)
+    q[_TEXT_TOKEN_PAIR, _CHAIN_END_DIM], k[_TEXT_TOKEN_PAIR, _PREV_TEXT_TOKEN_DIM] = w, w
+    w = _weight(_START_SCORE, _NORM1, cfg)
+    q[_START_PAIR, _CONSTANT_DIM], q[_START_PAIR, _CHAIN_END_DIM] = w, -w
+    k[_START_PAIR, _START_DIM] = w
+    moves = [(d, d, _COPY_GAIN / _NORM1) for d in _TEXT_DIMS]
+    _copy_values(attn, 0, 0, [*moves, (_TEXT_TOKEN_DIM, _NEXT_TEXT_DIM, 1.0 / _NORM1)])
+
+
+def _seed_speaker_head(attn: nn.Module, cfg: TrainConfig) -> None:
+    """Query head 2 of ``attn`` (layer 1; key/value head 1) copies the speaker's vector.
+
+    Every position attends to the prompt's speaker tag (its flag against the constant, on the
+    slowest RoPE pair) and adds the tag's speaker vector, which the codes that depend on the
+    speaker share. Where a prompt has no tag, it averages what the rest of the head reads.
+    """
+    q, k = attn.q_proj.weight, attn.k_proj.weight
+    slowest = cfg.head_dim // 2 - 1
+    q_rows, k_rows = _pair_rows(cfg, 2, [slowest]), _pair_rows(cfg, 1, [slowest])
+    q[q_rows], k[k_rows] = 0.0, 0.0
+    w = _weight(_SPEAKER_SCORE, _NORM1, cfg)
+    q[q_rows[0], _CONSTANT_DIM], k[k_rows[0], _SPEAKER_TAG_DIM] = w, w
+    _copy_values(attn, 1, 2, [(d, d, 1.0 / _NORM1) for d in _SPEAKER_DIMS])
 
 
 class _Batcher:

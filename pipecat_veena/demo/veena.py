@@ -63,6 +63,7 @@ class VeenaData:
             for k, s in enumerate(SPEAKERS)
         }
         self.speaker_ids = {s: tok.token_to_id(speaker_tag(s)) for s in SPEAKERS}
+        self.speaker_names = {i: s for s, i in self.speaker_ids.items()}
         self.code_place = {
             AUDIO_BASE + j * SNAC_CODEBOOK + c: (s if j == 0 else None, x, j)
             for s, table in self.frames.items()
@@ -81,7 +82,24 @@ class VeenaData:
             return (("text", text), ("slot", slot)) + ((("speaker", speaker),) if slot == 0 else ())
         if token < BPE_VOCAB_SIZE:
             return (("text", token), ("kind", "text"))
+        if token in self.speaker_names:  # a speaker tag shares its codes' speaker vector
+            return (("id", token), ("speaker", self.speaker_names[token]))
         return (("id", token),)
+
+    def role(self, feature: tuple) -> str | None:
+        """A feature's role in the seeded copy circuit (``Task.role``)."""
+        kind, value = feature
+        if kind in ("text", "speaker"):
+            return kind
+        if kind == "id" and value in self.speaker_names:
+            return "speaker-tag"
+        if feature == ("id", END_OF_SPEECH):
+            return "end"
+        if feature == ("kind", "text"):
+            return "text-token"
+        if feature == ("slot", SNAC_SLOTS - 1):
+            return "chain-end"
+        return "start" if feature == ("id", START_OF_HUMAN) else None
 
     def frame_ids(self, speaker: str, text: list[int]) -> list[int]:
         """The SNAC frame ids for a text, slot by slot."""
@@ -131,6 +149,7 @@ def veena_task(tok: Tokenizer) -> Task:
         tied=True,
         bos_id=LLAMA_SPECIAL_BASE,
         eos_id=END_OF_SPEECH,
+        role=data.role,
     )
 
 
