@@ -77,19 +77,22 @@ def _section(kind: str, rows: list[dict]) -> str:
         f"spoken in turn, {max(r['round'] for r in rows) + 1} rounds (the first utterance of the "
         "first round is the server's first). Figures are the page's own: first sound (Speak to "
         "the first sample that is not silence leaving the player), real-time factor (time "
-        "taken over audio received) and underruns (the player ran dry after it started).",
+        "taken over audio received), prebuffer (the audio the player waited for before it "
+        "started: the page keeps what earlier answers taught it) and underruns (the player ran "
+        "dry after it started).",
         "",
-        "| round | example | audio | first sound | real-time factor | underruns | "
+        "| round | example | audio | first sound | real-time factor | prebuffer | underruns | "
         "at seconds of audio played |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         sound = "–" if r["firstSoundMs"] is None else f"{r['firstSoundMs']:.0f} ms"
         rtf = "–" if r["rtf"] is None else f"{r['rtf']:.2f}"
         audio = r["samples"] / r["sampleRate"]
+        at = ", ".join(f"{t:.2f}" for t in r["underrunsAt"]) or "–"
         lines.append(
             f"| {r['round'] + 1} | {r['label']} | {audio:.2f} s | {sound} | {rtf} | "
-            f"{r['underruns']} | {', '.join(f'{t:.2f}' for t in r['underrunsAt']) or '–'} |"
+            f"{1000 * r['prebuffer']:.0f} ms | {r['underruns']} | {at} |"
         )
     rtfs = [r["rtf"] for r in rows if r["rtf"] is not None]
     runs = sum(r["underruns"] for r in rows)

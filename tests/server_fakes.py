@@ -32,7 +32,8 @@ CHUNK_BYTES = 1600 * 2
 class FakeSpeechEngine:
     """A fake SpeechEngine speaking a 220 Hz tone: ``chunks`` chunks of ``chunk_samples``.
 
-    Each chunk counts 10 LLM tokens. ``delay`` is the wait before each chunk; ``endless`` keeps
+    Each chunk counts 10 LLM tokens. ``delay`` is the wait before each chunk (``delays[i]``
+    before chunk ``i`` where given); ``endless`` keeps
     speaking until closed. The first ``failures`` streams raise ``error`` just before chunk
     ``fail_at`` (0: before any audio). Open streams are tracked (``open``, ``stats()``), and
     every call is recorded (``calls``), so tests can see that closing a stream closed it here.
@@ -49,6 +50,7 @@ class FakeSpeechEngine:
         chunks: int = 4,
         chunk_samples: int = CHUNK_BYTES // 2,
         delay: float = 0.0,
+        delays: tuple[float, ...] = (),
         endless: bool = False,
         fail_at: int | None = None,
         failures: int = 1,
@@ -57,7 +59,7 @@ class FakeSpeechEngine:
     ) -> None:
         self.chunks, self.chunk_samples = chunks, chunk_samples
         self.times_words = words
-        self.delay, self.endless = delay, endless
+        self.delay, self.delays, self.endless = delay, delays, endless
         self.fail_at, self.failures = fail_at, failures
         self.error = error or GenerationError("injected: the LLM request failed")
         self.calls: list[tuple[str, str | None, dict]] = []
@@ -117,7 +119,7 @@ class FakeSpeechEngine:
             while self.endless or i < self.chunks:
                 if n < self.failures and i == self.fail_at:
                     raise self.error
-                await asyncio.sleep(self.delay)
+                await asyncio.sleep(self.delays[i] if i < len(self.delays) else self.delay)
                 t = np.arange(i * self.chunk_samples, (i + 1) * self.chunk_samples) / RATE
                 pcm = (8000 * np.sin(2 * np.pi * 220 * t)).astype("<i2").tobytes()
                 words = ()

@@ -336,6 +336,32 @@ async def test_underruns_are_counted_and_every_sample_plays(chromium):
         assert u["samples"] == u["played"] == 4 * RATE // 10
 
 
+async def test_the_page_keeps_the_prebuffer_an_underrun_taught_it(chromium):
+    """An answer whose second chunk comes late runs dry; the next answer starts later by the
+    time the player waited dry (up to 0.5 s) and plays through; clean answers shrink it back."""
+    # 0.15 s chunks, the second 0.6 s after the first: a 0.1 s prebuffer runs dry for about
+    # 0.45 s; starting 0.45 s later (0.5 s at most) plays through.
+    late = FakeSpeechEngine(chunks=4, chunk_samples=RATE * 15 // 100, delays=(0.0, 0.6))
+    async with serving(late) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        answers = []
+        for _ in range(2):
+            await speak(page, "A tone that starts late.")
+            answers.append(await wait_for_end(page, within=20))
+        first, second = answers
+        assert first["prebuffer"] == pytest.approx(0.1) and first["underruns"] >= 1
+        assert 0.4 <= second["prebuffer"] <= 0.5 and second["underruns"] == 0
+        assert second["samples"] == second["played"] == 4 * RATE * 15 // 100
+        learnt = await page.evaluate("() => window.playground.prebuffer")
+        assert learnt == second["prebuffer"]
+        late.delays = ()  # answers that keep up: three in a row halve it
+        for _ in range(3):
+            await speak(page, "A tone on time.")
+            assert (await wait_for_end(page, within=20))["underruns"] == 0
+        assert await page.evaluate("() => window.playground.prebuffer") == learnt / 2
+
+
 async def test_the_word_being_played_is_highlighted_in_time_with_playback(chromium):
     """Audio and word timings arrive faster than they play (the words while the first plays);
     the page highlights each word when the player plays its start (the player's own count of

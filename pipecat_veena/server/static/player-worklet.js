@@ -3,14 +3,19 @@
 // short prebuffer is there, and every start and stop is faded over a few milliseconds, so a
 // stream that runs dry, resumes or is stopped never clicks. An underrun is the player running
 // dry after it started, before the stream ended; each one doubles the prebuffer (up to 1 s).
+// The page starts each stream with a prebuffer learned from the ones before (their deficit).
 //
 // Messages in:  {type: "start", prebufferSeconds}  a new stream (fades out what is left)
 //               {type: "pcm", samples}             a Float32Array chunk, in order
 //               {type: "end"}                      no more chunks: play the rest
 //               {type: "stop"}                     fade out now and drop the rest
 // Every message in carries the page's stream id; reports echo the id of the current stream.
-// Messages out: {type: "stats", stream, played, buffered, underruns, playing, event, soundAt,
-//               at}
+// Messages out: {type: "stats", stream, played, buffered, underruns, playing, prebuffer,
+//               event, soundAt, at}
+//               prebuffer: the audio this stream waits for before it plays, in seconds (the
+//               start's, doubled by each underrun). deficit: the longest the player has waited
+//               dry for the next chunk, in seconds (0 without an underrun): a prebuffer that
+//               much longer would have played through.
 //               event: "underrun", "drained" (the stream played out), "stopped", "sound" (the
 //               first sample that is not silence was just played: soundAt is its time on the
 //               AudioContext's clock) or null. at: when sample number `played` of the stream
@@ -45,6 +50,8 @@ class StreamPlayer extends AudioWorkletProcessor {
     this.fadeIn = 0;
     this.played = 0;
     this.underruns = 0;
+    this.dryAt = null; // when the last underrun began (context time), until the next chunk
+    this.deficit = 0;
     this.calls = 0;
     this.soundAt = null; // when the first sample that is not silence played (context time)
   }
@@ -70,6 +77,10 @@ class StreamPlayer extends AudioWorkletProcessor {
   }
 
   push(samples) {
+    if (this.dryAt !== null) {
+      this.deficit = Math.max(this.deficit, currentTime - this.dryAt);
+      this.dryAt = null;
+    }
     if (this.count + samples.length > this.ring.length) {
       let size = this.ring.length * 2;
       while (size < this.count + samples.length) size *= 2;
@@ -108,6 +119,8 @@ class StreamPlayer extends AudioWorkletProcessor {
       buffered: this.count,
       underruns: this.underruns,
       playing: this.playing,
+      prebuffer: this.prebuffer / sampleRate,
+      deficit: this.deficit,
       event,
       soundAt: this.soundAt,
       at: currentTime + QUANTUM / sampleRate, // (reports come from process(): its quantum's end)
@@ -173,6 +186,7 @@ class StreamPlayer extends AudioWorkletProcessor {
         for (let i = 0; i < n; i++) out[i] *= (n - i) / n;
         this.playing = false;
         this.underruns += 1;
+        this.dryAt = currentTime;
         this.prebuffer = Math.min(2 * this.prebuffer, Math.round(MAX_PREBUFFER_S * sampleRate));
         event = "underrun";
       } else if (this.ended && this.count === 0) {

@@ -12,7 +12,14 @@ const $ = (id) => document.getElementById(id);
 const KEY_STORAGE = "pipecat-veena.api_key";
 const STREAM_PATH = "/v1/audio/stream";
 const WORKLET = "/playground/player-worklet.js";
-const PREBUFFER_S = 0.1; // audio held before playback starts (doubled after each underrun)
+// Audio held before playback starts (the player doubles it after each underrun). An answer
+// that ran dry teaches the next ones to start later by its deficit (the longest the player
+// waited dry), up to LEARNT_MAX_S: a jitter buffer that learns how far behind this server's
+// first chunks come. CLEAN_TO_SHRINK answers in a row without an underrun halve it again, down
+// to PREBUFFER_S.
+const PREBUFFER_S = 0.1;
+const LEARNT_MAX_S = 0.5;
+const CLEAN_TO_SHRINK = 3;
 const AUDIO_FRAME = 0x01;
 const RECONNECT_S = [1, 15]; // first and longest wait before redialling (doubling, jittered)
 const HEALTH_EVERY_S = 5; // how often a connected page checks /health (a server gone silently)
@@ -79,6 +86,8 @@ const page = {
   connection: "connecting",
   hint: null, // why playback stutters, when it does
   enrolled: null, // the last voice enrolled from this page (POST /v1/audio/voices), if any
+  prebuffer: PREBUFFER_S, // seconds of audio the next answer waits for before it plays
+  cleanAnswers: 0, // answers in a row that played without an underrun
 };
 window.playground = page;
 
@@ -368,10 +377,26 @@ function onPlayer(stats) {
   if (u.firstSoundMs === null && stats.soundAt !== null) {
     u.firstSoundMs = contextTimeToPage(audio.ctx, stats.soundAt) - u.sentAt;
   }
-  if (stats.event === "drained" || stats.event === "stopped") u.playback = stats.event;
-  else u.playback = stats.playing ? "playing" : "waiting";
+  if (stats.event === "drained" || stats.event === "stopped") {
+    u.playback = stats.event;
+    learnPrebuffer(u, stats.deficit);
+  } else u.playback = stats.playing ? "playing" : "waiting";
   render();
   followWords();
+}
+
+// After an answer has played: if it ran dry (on a slow CPU the first small chunks decode
+// slower than they play), the next starts later by its deficit; once answers keep playing
+// through, the prebuffer shrinks again.
+function learnPrebuffer(u, deficit) {
+  if (u.underruns) {
+    const needed = Math.min(LEARNT_MAX_S, u.prebuffer + deficit);
+    page.prebuffer = Math.max(page.prebuffer, needed);
+    page.cleanAnswers = 0;
+  } else if (++page.cleanAnswers >= CLEAN_TO_SHRINK && page.prebuffer > PREBUFFER_S) {
+    page.prebuffer = Math.max(PREBUFFER_S, page.prebuffer / 2);
+    page.cleanAnswers = 0;
+  }
 }
 
 // -- speak and stop ----------------------------------------------------------------------
@@ -410,6 +435,7 @@ function newUtterance(id, rate, text) {
     buffered: 0,
     underruns: 0,
     underrunsAt: [], // seconds of audio played when each underrun began
+    prebuffer: page.prebuffer, // seconds of audio it waited for before it started to play
     playedAt: null, // when sample `played` plays, on the AudioContext's clock (the player's)
     words: [], // the server's word timings ({word, start, end, offset}), as they come
     current: -1, // the word being played (an index into words), -1: none
@@ -448,7 +474,7 @@ async function speak() {
     if (ready.words) message.words = true; // word timings, to follow the words played
     page.utterance = newUtterance(id, rate, text);
     showTranscript(page.utterance);
-    post({ type: "start", prebufferSeconds: PREBUFFER_S });
+    post({ type: "start", prebufferSeconds: page.utterance.prebuffer });
     socket.ws.send(JSON.stringify(message));
   } catch (e) {
     showMessage(e.message);
@@ -508,9 +534,11 @@ function stutterHint(u) {
   const rtf = u.rtf.toFixed(2);
   const runs = u.underruns === 1 ? "once" : `${u.underruns} times`;
   if (u.rtf <= 1) {
+    const next = Math.round(1000 * page.prebuffer);
     return (
       `Playback stalled ${runs} although the server kept up (real-time factor ${rtf}): ` +
-      "the network or this browser delivered the audio late."
+      "the first audio, the network or this browser came late. The next answers wait for " +
+      `${next} ms of audio before they play.`
     );
   }
   const model = page.voices ? page.voices.model : "";
