@@ -11,7 +11,7 @@
 //               {type: "stop"}                     fade out now and drop the rest
 // Every message in carries the page's stream id; reports echo the id of the current stream.
 // Messages out: {type: "stats", stream, played, buffered, underruns, playing, prebuffer,
-//               event, soundAt, at}
+//               deficit, event, soundAt, at}
 //               prebuffer: the audio this stream waits for before it plays, in seconds (the
 //               start's, doubled by each underrun). deficit: the longest the player has waited
 //               dry for the next chunk, in seconds (0 without an underrun): a prebuffer that
