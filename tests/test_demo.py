@@ -201,6 +201,26 @@ def test_llm_loads_in_transformers(kind: str, request: pytest.FixtureRequest) ->
     assert torch.isfinite(logits).all()
 
 
+def test_demo_llms_train_under_the_engines_grammar(
+    spark_tiny_checkpoint: Path, veena_checkpoint: Path
+) -> None:
+    """The grammar states the demo LLMs' loss is taken over are the ones the engine masks with
+    for these checkpoints (``demo/train.py``: a target competes only with what its state allows)."""
+    from pipecat_veena.demo import spark, veena
+    from pipecat_veena.engine import detect_layout
+    from pipecat_veena.engine.formats import SnacFormat, load_tokenizer
+
+    tok = Tokenizer.from_file(str(spark_tiny_checkpoint / "LLM" / "tokenizer.json"))
+    engine = _spark_format(spark_tiny_checkpoint).grammar(Voice("m", gender=1), prefilled=False)
+    assert spark.codec_grammar(tok).rules == engine.rules
+    assert spark.spark_task(tok).rules == spark.training_rules(engine)
+    layout = detect_layout(veena_checkpoint)
+    snac = SnacFormat(layout, load_tokenizer(layout.llm_dir))
+    engine = snac.grammar(Voice("kavya", speaker="kavya"), prefilled=False)
+    assert veena.snac_grammar().rules == engine.rules
+    assert veena.veena_task(veena.veena_tokenizer()).rules == engine.rules
+
+
 # --- grammar through the real vLLM CPU engine -------------------------------------------------
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pipecat_veena.demo import spark, veena
-from pipecat_veena.demo.train import Example, Task, TrainConfig, _Batcher, _SharedLM
+from pipecat_veena.demo.train import Example, Task, TrainConfig, _Batcher, _export, _SharedLM
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +93,53 @@ def test_speaker_head_reads_the_speaker_tag(seeded) -> None:
         _, layer1 = _attentions(model, 1, task, example)
         tag = next(p for p, t in enumerate(example.ids) if "speaker-tag" in _roles(task, t))
         assert (layer1[2].argmax(-1)[tag:] == tag).all()
+
+
+def _allowed(rule, vocab_size: int) -> torch.Tensor:
+    """(V,) bool: the ids a grammar rule lets the engine sample."""
+    inside = torch.zeros(vocab_size, dtype=torch.bool)
+    for lo, hi in rule.ranges:
+        inside[lo:hi] = True
+    return ~inside if rule.invert else inside
+
+
+def _grammar_state(task: Task, example: Example) -> tuple:
+    """The engine's grammar for a training sequence and its state where the prompt ends."""
+    if task.name == "veena":
+        grammar = veena.snac_grammar()
+        return grammar, grammar.initial()
+    grammar = spark.codec_grammar(spark.spark_tokenizer())
+    last = example.ids[example.prompt_len - 1]
+    if last == grammar.start_global:  # a named speaker: the model writes the globals
+        return grammar, (grammar.GLOBAL, 0)
+    if last == grammar.end_global:  # globals filled in
+        return grammar, (grammar.START_SEMANTIC, 0)
+    return grammar, (grammar.FREE, 0)  # controllable: the acoustic block first
+
+
+@pytest.mark.parametrize("k", [0, 1], ids=["spark", "veena"])
+def test_loss_is_the_cross_entropy_of_what_the_engine_samples(seeded, k: int) -> None:
+    """The training loss (compact ids, one shared row for the unused ones, per grammar state)
+    equals the cross-entropy of the exported full-vocabulary model, its softmax taken over the
+    ids the engine's grammar mask leaves at each target, walked with the grammar's own state
+    machine from where the prompt leaves it (Spark: free block, globals or semantics; Veena:
+    a frame's start)."""
+    model, tasks = seeded
+    task = tasks[k]
+    examples = [task.sample(random.Random(seed)) for seed in range(11, 17)]
+    with torch.no_grad():
+        loss = model.loss(k, *_Batcher(task)(examples)).item()
+        full = _export(model, TrainConfig(steps=1), k, task)
+        nll = []
+        for example in examples:
+            logits = full(torch.tensor([example.ids[:-1]])).logits[0]  # (T, V)
+            grammar, state = _grammar_state(task, example)
+            for p in range(example.prompt_len - 1, len(example.ids) - 1):
+                target = example.ids[p + 1]
+                allowed = _allowed(grammar.rules[state[0]], task.vocab_size)
+                assert allowed[target], f"target {target} outside its grammar state {state}"
+                row = logits[p].masked_fill(~allowed, float("-inf"))
+                nll.append(-torch.log_softmax(row, dim=0)[target].item())
+                state = grammar.advance(state, target)
+    assert len(nll) > 100
+    assert loss == pytest.approx(sum(nll) / len(nll), rel=1e-4)

@@ -27,12 +27,11 @@ DEMO_KINDS = ("spark", "spark-tiny", "veena")
 #: Bump when the checkpoints change in a way the source hash does not show.
 BUILDER_VERSION = 1
 MARKER = "demo.json"
-#: Training steps of the two demo LLMs together (batches alternate between them). With the
-#: seeded copy circuit (``train``) 600 steps train in about 85 s on 2 cores (1000 took 224-235 s
-#: before it) and stop within 0.5-1.5x of the asked length in 42/42 greedy and 126/126 sampled
-#: Spark streams, 26/28 and 79/84 Veena ones (BENCHMARKS.md, demo). 300 steps (49 s) left the
-#: models unsure where a text repeats an id: streams looped or stopped early.
-TRAIN_STEPS = 600
+#: Training steps of the two demo LLMs together (batches alternate between them). Trained under
+#: the codec grammar (``train``), 450 steps take about 48 s on 2 cores (the whole build 56 s) and
+#: stop within 0.5-1.5x of the asked length in 42/42 greedy and 125/126 sampled Spark streams,
+#: 28/28 and 84/84 Veena ones; 400 steps: 30/42 and 107/126 Spark (BENCHMARKS.md, demo).
+TRAIN_STEPS = 450
 #: Both demo LLMs, trained together once: ``spark/`` and ``veena/`` (HF directories).
 _LLMS = ".llms"
 _BICODEC = {"spark": "real", "spark-tiny": "tiny"}
@@ -62,12 +61,13 @@ def _code_digest(source: str) -> bytes:
 
 
 def _source_hash() -> str:
-    """Hash of the code that decides the demo bytes (this package and the codec writers)."""
+    """Hash of the code that decides the demo bytes (this package, codec writers, grammar)."""
     from pipecat_veena.codecs import snac
     from pipecat_veena.codecs.bicodec import checkpoint
+    from pipecat_veena.generation import grammar
 
     files = sorted(Path(__file__).parent.glob("*.py"))
-    files += [Path(checkpoint.__file__), Path(snac.__file__)]
+    files += [Path(checkpoint.__file__), Path(snac.__file__), Path(grammar.__file__)]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode() + b"\0" + _code_digest(path.read_text(encoding="utf-8")))

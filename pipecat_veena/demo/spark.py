@@ -31,6 +31,7 @@ from pipecat_veena.demo.tokenizer import (
     save_hf_tokenizer,
 )
 from pipecat_veena.demo.train import Example, Task
+from pipecat_veena.generation.grammar import BiCodecGrammar, Rule
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -250,8 +251,40 @@ def spark_tokenizer() -> Tokenizer:
     return build_spark_tokenizer(tuple(speaker_tag(s) for s in SPEAKERS))
 
 
+def codec_grammar(tok: Tokenizer) -> BiCodecGrammar:
+    """The grammar the engine holds the demo Spark LLM to (``BiCodecFormat.grammar``)."""
+    marker = {name: tok.token_to_id(f"<|{name}|>") for name in _GRAMMAR_MARKERS}
+    return BiCodecGrammar(
+        global_base=marker["bicodec_global_0"],
+        num_global_codes=NUM_GLOBAL_CODES,
+        semantic_base=marker["bicodec_semantic_0"],
+        num_semantic_codes=NUM_SEMANTIC_CODES,
+        num_globals=NUM_GLOBALS,
+        start_global=marker["start_global_token"],
+        end_global=marker["end_global_token"],
+        start_semantic=marker["start_semantic_token"],
+        stops=(marker["im_end"], marker["end_semantic_token"]),
+    )
+
+
+_GRAMMAR_MARKERS = (
+    "bicodec_global_0", "bicodec_semantic_0", "start_global_token", "end_global_token",
+    "start_semantic_token", "im_end", "end_semantic_token",
+)  # fmt: skip
+
+
+def training_rules(grammar: BiCodecGrammar) -> tuple[Rule, ...]:
+    """The grammar's states that training sequences visit, each output id in one of them.
+
+    All but START_GLOBAL: it allows only ``<|start_global_token|>``, which FREE allows too, and
+    the engine enters it only where a free block runs past its allowance (no training
+    sequence does: theirs are four ids).
+    """
+    return tuple(r for i, r in enumerate(grammar.rules) if i != grammar.START_GLOBAL)
+
+
 def spark_task(tok: Tokenizer) -> Task:
-    """The training task of the demo Spark LLM (Qwen2)."""
+    """The training task of the demo Spark LLM (Qwen2), under the engine's grammar."""
     data = SparkData(tok, spark_grammar(tok))
     inputs, outputs = data.id_sets()
     return Task(
@@ -266,6 +299,7 @@ def spark_task(tok: Tokenizer) -> Task:
         bos_id=tok.token_to_id("<|endoftext|>"),
         eos_id=tok.token_to_id("<|im_end|>"),
         role=data.role,
+        rules=training_rules(codec_grammar(tok)),
     )
 
 

@@ -28,8 +28,13 @@ matching the two ids before as well would be the next step.
 
 The vocabularies are large (13.7k ids for Spark, 157k for Veena) but the data uses a few thousand
 ids, so training runs in a compact id space. Every output id a task never uses shares one
-learned row ``r``: the loss is the exact full-vocabulary cross-entropy at the cost of one extra
-logit (``h @ r + log(number of unused ids)``), and ``r`` fills those rows on export.
+learned row ``r``: the cross-entropy stays exact at the cost of one extra logit
+(``h @ r + log(number of unused ids)``), and ``r`` fills those rows on export. The softmax at
+each target spans only the ids the engine's codec grammar allows there (``Task.rules``): with
+the grammar mask on (``EngineConfig.constrain_grammar``, the default) that is the distribution
+the model samples from, so it need not learn what the mask enforces, and a Veena code competes
+with the codes of its own slot (a seventh of the rows). Off the grammar the demo LLMs are not
+trained to stay on it.
 
 Deterministic: torch's deterministic algorithms, a fixed seed and data drawn from
 ``random.Random``; the bytes then do not depend on the thread count either (checked on one
@@ -50,10 +55,12 @@ from loguru import logger
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from pipecat_veena.generation.grammar import Rule
+
 #: Torch threads while training.
 THREADS = 2
-#: Batches drawn together and grouped by length (less padding).
-_BUCKETS = 4
+#: Batches drawn together and grouped by length: padding adds 9-12 % to the tokens (4: 38-55 %).
+_BUCKETS = 16
 #: RoPE base of the demo LLMs (Qwen2's): its slowest pairs turn less than 0.6 rad over the
 #: longest sequence (580 ids), so the seeded copy head can match text ids at any distance.
 ROPE_THETA = 1e6
@@ -138,6 +145,11 @@ class Task:
             "chain-end" (only a chain's last code has it), "start" (a prompt's first token),
             "speaker" (a speaker's vector, shared by its tag and its codes), "speaker-tag"
             (only speaker tags have it), "end" (the end-of-speech output); None for the rest.
+        rules: the codec grammar's states as the engine masks them (``Grammar.rules``), when
+            each output id is sampled in one state only. The loss at a target is then the
+            cross-entropy over the ids its state allows, the distribution the model samples
+            from with the grammar mask on, and the model does not spend steps learning what the
+            mask enforces; empty: over the whole vocabulary.
     """
 
     name: str
@@ -152,6 +164,7 @@ class Task:
     bos_id: int | None = None
     eos_id: int | None = None
     role: Callable[[tuple], str | None] = lambda feature: None
+    rules: tuple[Rule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -225,7 +238,7 @@ class _SharedLM(nn.Module):
         roles = {row: tasks[key[0]].role(key[1]) for key, row in keys.items() if key != _CONSTANT}
         _seed_copy_circuit(self.table, self.body, cfg, roles, self.in_index)
         self.other = nn.Parameter(torch.zeros(len(tasks), cfg.hidden_size))
-        self.log_unused = [math.log(max(t.vocab_size - len(t.outputs), 1)) for t in tasks]
+        self.classes = [_OutputClasses(t) for t in tasks]
 
     @staticmethod
     def _index(keys: dict[tuple, int], k: int, ids: Sequence[int], features: Features) -> Tensor:
@@ -254,12 +267,73 @@ class _SharedLM(nn.Module):
         return self._rows(self.out_index[k])
 
     def loss(self, k: int, ids: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-        """Mean cross-entropy of task k's ``targets`` where ``mask``; all three are (B, T)."""
+        """Mean cross-entropy of task k's ``targets`` where ``mask``; all three are (B, T).
+
+        Each target competes with the ids of its grammar state only (``Task.rules``).
+        """
         embeds = self.input_rows(k)[ids]  # (B, T, H)
         hidden = self.body(inputs_embeds=embeds).last_hidden_state[mask]  # (N, H) at targets
-        logits = hidden @ self.output_rows(k).T  # (N, O_k)
-        other = (hidden @ self.other[k] + self.log_unused[k])[:, None]  # (N, 1): unused ids
-        return nn.functional.cross_entropy(torch.cat([logits, other], dim=1), targets[mask])
+        targets = targets[mask]  # (N,)
+        rows, classes = self.output_rows(k), self.classes[k]
+        total, counted = hidden.new_zeros(()), 0
+        for c, (members, log_unused) in enumerate(classes.members):
+            where = classes.of[targets] == c
+            count = int(where.sum())
+            if not count:
+                continue
+            counted += count
+            h = hidden[where]  # (N_c, H)
+            scores = h @ rows[members].T  # (N_c, O_c)
+            if log_unused is not None:  # (N_c, 1): the state's unused ids, one row for all
+                scores = torch.cat([scores, (h @ self.other[k] + log_unused)[:, None]], dim=1)
+            total = total + nn.functional.cross_entropy(
+                scores, classes.place[targets[where]], reduction="sum"
+            )
+        if counted != len(targets):
+            raise ValueError(f"task {k}: a target id that no grammar state allows (Task.rules)")
+        return total / len(targets)
+
+
+class _OutputClasses:
+    """A task's compact output ids grouped by the grammar state they are sampled in.
+
+    Attributes:
+        members: per state, its compact output indexes and the log of how many ids it allows
+            that the task never outputs (they share one row: ``_SharedLM.other``); None when
+            there are none.
+        of: (O,) each compact output's state; -1 where no state allows it (a tied model's
+            prompt ids: never a target).
+        place: (O,) each compact output's index within its state's ``members``.
+
+    Raises:
+        ValueError: an output id that more than one rule allows.
+    """
+
+    def __init__(self, task: Task) -> None:
+        rules = task.rules or (Rule(((0, task.vocab_size),)),)
+        states = []
+        for token in task.outputs:
+            allowed = [r for r, rule in enumerate(rules) if rule.allows(token)]
+            if len(allowed) > 1:
+                raise ValueError(
+                    f"task {task.name}: output id {token} is allowed by {len(allowed)} grammar "
+                    "states; give every output at most one (or leave rules empty)"
+                )
+            states.append(allowed[0] if allowed else -1)
+        self.of = torch.tensor(states)
+        self.place = torch.zeros(len(states), dtype=torch.long)
+        self.members: list[tuple[Tensor, float | None]] = []
+        for r, rule in enumerate(rules):
+            members = (self.of == r).nonzero().flatten()
+            self.place[members] = torch.arange(len(members))
+            unused = _allowed_count(rule, task.vocab_size) - len(members)
+            self.members.append((members, math.log(unused) if unused > 0 else None))
+
+
+def _allowed_count(rule: Rule, vocab_size: int) -> int:
+    """How many ids of a ``vocab_size`` vocabulary ``rule`` allows."""
+    inside = sum(max(min(hi, vocab_size) - max(lo, 0), 0) for lo, hi in rule.ranges)
+    return vocab_size - inside if rule.invert else inside
 
 
 @torch.no_grad()

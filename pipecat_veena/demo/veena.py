@@ -27,6 +27,7 @@ from pipecat_veena.demo.tokenizer import (
     save_hf_tokenizer,
 )
 from pipecat_veena.demo.train import Example, Task
+from pipecat_veena.generation.grammar import SnacGrammar
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -37,6 +38,7 @@ END_OF_SPEECH = CUSTOM_BASE + 2
 START_OF_HUMAN = CUSTOM_BASE + 3
 END_OF_HUMAN = CUSTOM_BASE + 4
 START_OF_AI = CUSTOM_BASE + 5
+END_OF_AI = CUSTOM_BASE + 6
 AUDIO_BASE = CUSTOM_BASE + 10
 #: The model's vocabulary (Orpheus pads the tokenizer's 156938 ids to 156940).
 VOCAB_SIZE = 156940
@@ -128,13 +130,22 @@ class VeenaData:
         return sorted(ids)
 
 
+def snac_grammar() -> SnacGrammar:
+    """The grammar the engine holds the demo Veena LLM to (whole frames, then a stop)."""
+    return SnacGrammar(AUDIO_BASE, SNAC_CODEBOOK, SNAC_SLOTS, (END_OF_SPEECH, END_OF_AI))
+
+
 def veena_tokenizer() -> Tokenizer:
     """The demo Veena tokenizer (BPE, speaker tags, fillers, Orpheus custom tokens)."""
     return build_veena_tokenizer(tuple(speaker_tag(s) for s in SPEAKERS))
 
 
 def veena_task(tok: Tokenizer) -> Task:
-    """The training task of the demo Veena LLM (Llama, tied embeddings)."""
+    """The training task of the demo Veena LLM (Llama, tied embeddings).
+
+    Trained under the SNAC grammar: a code competes with the codes of its slot only (and, at a
+    frame's start, the stops), a seventh of the output rows per target.
+    """
     data = VeenaData(tok)
     ids = tuple(data.id_set())
     return Task(
@@ -150,6 +161,7 @@ def veena_task(tok: Tokenizer) -> Task:
         bos_id=LLAMA_SPECIAL_BASE,
         eos_id=END_OF_SPEECH,
         role=data.role,
+        rules=snac_grammar().rules,
     )
 
 
