@@ -96,11 +96,15 @@ class Spoken:
         seconds: the turn's audio so far.
         words: each word with its start in the turn's audio (from the engine's timings).
         sentences: each text the service spoke (a sentence) with its start and end there.
+        cut: the sentences the engine cut short (``AudioChunk.cut``: its loop guard or token
+            cap stopped a model that did not end them), by index, with how many of their words
+            it timed (those of the parts before the cut).
     """
 
     seconds: float = 0.0
     words: list[tuple[str, float]] = field(default_factory=list)
     sentences: list[tuple[str, float, float]] = field(default_factory=list)
+    cut: dict[int, int] = field(default_factory=dict)
 
 
 class RecordingEngine:
@@ -115,15 +119,19 @@ class RecordingEngine:
 
     async def stream(self, text: str, voice: str | None = None, **kwargs: Any):
         """The engine's stream, recorded."""
-        offset = self.spoken.seconds
+        offset, index, timed, cut = self.spoken.seconds, len(self.spoken.sentences), 0, False
         async with aclosing(self._engine.stream(text, voice, **kwargs)) as chunks:
             self.spoken.sentences.append((text, offset, float("inf")))  # until it ends
             async for chunk in chunks:
                 self.spoken.seconds += chunk.duration
                 words = getattr(chunk, "words", ())
                 self.spoken.words += [(w.word, offset + w.start) for w in words]
+                timed += len(words)
+                cut = cut or bool(getattr(chunk, "cut", None))
                 yield chunk
-        self.spoken.sentences[-1] = (text, offset, self.spoken.seconds)
+        self.spoken.sentences[index] = (text, offset, self.spoken.seconds)
+        if cut:
+            self.spoken.cut[index] = timed
 
 
 async def interrupted_turn(
@@ -180,6 +188,16 @@ async def interrupted_turn(
     return said, recorder.spoken, card.played
 
 
+def kept_words(text: str, spoken: Spoken) -> list[str]:
+    """The text's words without those the engine did not time in sentences it cut short."""
+    words, kept, at = text.split(), [], 0
+    for index, (sentence, _, _) in enumerate(spoken.sentences):
+        count = len(sentence.split())
+        kept += words[at : at + min(spoken.cut.get(index, count), count)]
+        at += count
+    return kept + words[at:]
+
+
 def judge(
     said: list[str], text: str, spoken: Spoken, played: float, *, strict: bool = True
 ) -> str | None:
@@ -190,12 +208,17 @@ def judge(
     whole is in the context, and one that played ``INTO_SENTENCE_S`` seconds is in part;
     unless ``strict`` is False, only where the engine had finished that sentence's audio (its
     words are known once its audio is complete: on a machine slower than real time the
-    sentence playing may still be generating).
+    sentence playing may still be generating). Of a sentence the engine cut short
+    (``Spoken.cut``) only the words it timed count: the rest are neither required nor allowed.
     """
-    if said != text.split()[: len(said)]:
-        return f"context {said} is not a prefix of the text"
+    kept = kept_words(text, spoken)
+    if said != kept[: len(said)]:
+        return f"context {said} is not a prefix of the text's words {kept}"
     before = 0  # words of the sentences before
-    for sentence, start, end in spoken.sentences:
+    for index, (sentence, start, end) in enumerate(spoken.sentences):
+        if index in spoken.cut:
+            before += spoken.cut[index]
+            continue
         if end <= played and len(said) < before + len(sentence.split()):
             return f"{len(said)} words in context: sentence {sentence!r} played whole"
         finished = strict or end < float("inf")
