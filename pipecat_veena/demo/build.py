@@ -28,7 +28,7 @@ DEMO_KINDS = ("spark", "spark-tiny", "veena")
 BUILDER_VERSION = 1
 MARKER = "demo.json"
 #: Training steps of the two demo LLMs together (batches alternate between them). Trained under
-#: the codec grammar (``train``), 450 steps take about 48 s on 2 cores (the whole build 56 s) and
+#: the codec grammar (``train``), 450 steps took 48-55 s on 2 cores (the whole build 56-63 s) and
 #: stop within 0.5-1.5x of the asked length in 42/42 greedy and 125/126 sampled Spark streams,
 #: 28/28 and 84/84 Veena ones; 400 steps: 30/42 and 107/126 Spark (BENCHMARKS.md, demo).
 TRAIN_STEPS = 450
