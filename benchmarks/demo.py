@@ -34,6 +34,7 @@ from pipecat_veena.generation.base import SamplingOptions  # noqa: E402
 from pipecat_veena.generation.vllm_local import VllmGenerator  # noqa: E402
 
 _PHASES = re.compile(r"demo (.+) built: (.+)$")
+_WAITING = re.compile(r"demo LLMs: (CPUs idle .+)$")
 
 
 def _cpu_seconds() -> float:
@@ -45,11 +46,15 @@ def _cpu_seconds() -> float:
 def _build(home: Path) -> tuple[list[str], float, float]:
     """Build every kind into ``home``: (phase rows, wall seconds, CPU seconds)."""
     lines: list[str] = []
+    waiting: list[str] = []
 
     def sink(message) -> None:
         match = _PHASES.search(message.record["message"])
         if match:
             lines.append(f"| {match.group(1)} | {match.group(2)} |")
+        match = _WAITING.search(message.record["message"])
+        if match:
+            waiting.append(match.group(1))
 
     handler = logger.add(sink, level="INFO")
     start, cpu = time.perf_counter(), _cpu_seconds()
@@ -62,7 +67,9 @@ def _build(home: Path) -> tuple[list[str], float, float]:
     if lines:
         # The LLMs train in a child process (its own log has the breakdown): the remainder.
         listed = sum(float(x) for x in re.findall(r"([0-9.]+) s", "".join(lines)))
-        lines.insert(0, f"| both LLMs (tokenizers, training, writing) | {total - listed:.1f} s |")
+        label = "both LLMs (tokenizers, training, writing"
+        label += f"; OpenMP waiting: {waiting[0]})" if waiting else ")"
+        lines.insert(0, f"| {label} | {total - listed:.1f} s |")
     return lines, total, cpu
 
 

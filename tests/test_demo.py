@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -89,6 +90,41 @@ def test_training_logs_a_few_lines_when_not_a_terminal(tmp_path: Path) -> None:
     lines = [line for line in done.stderr.splitlines() if "demo LLMs: step" in line]
     assert len(lines) == 10 and "step 20/20" in lines[-1], done.stderr[-2000:]
     assert (tmp_path / "spark" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_openmp_waiting_changes_no_trained_byte(tmp_path: Path) -> None:
+    """The build picks how the training child's OpenMP threads wait by how busy the CPUs are:
+    the choice may change the time, never the checkpoint."""
+    import subprocess
+    import sys
+
+    hashes = []
+    for name, policy in (
+        ("spin", {"GOMP_SPINCOUNT": "3000"}),
+        ("passive", {"OMP_WAIT_POLICY": "PASSIVE"}),
+    ):
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+        }
+        cmd = [sys.executable, "-m", "pipecat_veena.demo._worker", str(tmp_path / name), "6"]
+        subprocess.run(cmd, env={**env, **policy}, capture_output=True, check=True, timeout=900)
+        hashes.append(_hashes(tmp_path / name))
+    assert hashes[0] == hashes[1] and len(hashes[0]) > 4
+
+
+def test_openmp_waiting_follows_the_idle_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipecat_veena.demo.build import _idle_cpus, _omp_wait
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    assert _omp_wait(2.0) == {"GOMP_SPINCOUNT": "3000"}
+    assert _omp_wait(1.0) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert _omp_wait(None) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    idle = _idle_cpus(0.05)
+    assert idle is None or 0.0 <= idle <= (os.cpu_count() or 1) + 1e-6
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert _omp_wait(2.0) == {}, "the caller's own policy wins"
 
 
 def test_spark_layout(spark_tiny_checkpoint: Path) -> None:

@@ -1,8 +1,8 @@
 """Trains and writes the demo LLMs in a child process: ``python -m pipecat_veena.demo._worker``.
 
-The parent (``build.py``) starts it with ``OMP_WAIT_POLICY=PASSIVE``, which OpenMP reads only
-at start-up: with the default (spinning) policy, two torch threads on a busy 2-core machine run
-several times slower than one.
+The parent (``build.py``) sets OpenMP's waiting in its environment, which OpenMP reads only at
+start-up: a short spin on a quiet machine, passive waiting on a busy one, where the default
+(long) spin makes two torch threads on 2 cores run several times slower than one.
 """
 
 from __future__ import annotations

@@ -28,15 +28,19 @@ DEMO_KINDS = ("spark", "spark-tiny", "veena")
 BUILDER_VERSION = 1
 MARKER = "demo.json"
 #: Training steps of the two demo LLMs together (batches alternate between them). Trained under
-#: the codec grammar (``train``), 450 steps took 48-55 s on 2 cores (the whole build 56-63 s) and
-#: stop within 0.5-1.5x of the asked length in 42/42 greedy and 125/126 sampled Spark streams,
-#: 28/28 and 84/84 Veena ones; 400 steps: 30/42 and 107/126 Spark (BENCHMARKS.md, demo).
+#: the codec grammar (``train``), 450 steps took 32 s on a quiet 2-core machine (the whole build
+#: 38-41 s; 48-55 s and 56-63 s with passive OpenMP waiting) and stop within 0.5-1.5x of the
+#: asked length in 42/42 greedy and 125/126 sampled Spark streams, 28/28 and 84/84 Veena ones;
+#: 400 steps: 30/42 and 107/126 Spark (BENCHMARKS.md, demo).
 TRAIN_STEPS = 450
 #: Both demo LLMs, trained together once: ``spark/`` and ``veena/`` (HF directories).
 _LLMS = ".llms"
 _BICODEC = {"spark": "real", "spark-tiny": "tiny"}
 _CODEC_SEED = 7
 _TRAIN_SEED = 2024
+#: Spins of an idle OpenMP thread before it sleeps, on a quiet machine (``_omp_wait``): 3000
+#: and 10000 trained alike fast here, 1000 a little slower.
+_SPIN = 3000
 
 
 def demo_home(directory: str | Path | None = None) -> Path:
@@ -194,8 +198,8 @@ def build_demo_checkpoint(
 
 
 def _llms(tmp: Path, steps: int) -> None:
-    """Run ``train_llms`` in a child process with passive OpenMP waiting (see ``_worker``)."""
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    """Run ``train_llms`` in a child process, OpenMP waiting as ``_omp_wait`` picks."""
+    env = {**os.environ, **_omp_wait(_idle_cpus())}
     cmd = [sys.executable, "-m", "pipecat_veena.demo._worker", str(tmp), str(steps)]
     result = subprocess.run(cmd, env=env, check=False)
     if result.returncode != 0:
@@ -203,6 +207,47 @@ def _llms(tmp: Path, steps: int) -> None:
             f"training the demo LLMs failed (exit status {result.returncode}); see the output "
             "above. Rerun `pipecat-veena build-demo` after fixing it."
         )
+
+
+def _idle_cpus(interval: float = 0.25) -> float | None:
+    """How many CPUs stood idle over the next ``interval`` s (``/proc/stat``); None elsewhere."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as stat:
+            ticks = [int(v) for v in stat.readline().split()[1:]]
+        return sum(ticks[:8]), ticks[3] + ticks[4]  # all (without guest time); idle + iowait
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(interval)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 <= total0:
+        return None
+    return (os.cpu_count() or 1) * (idle1 - idle0) / (total1 - total0)
+
+
+def _omp_wait(idle: float | None) -> dict[str, str]:
+    """OpenMP waiting for the training child, which reads it only at start-up.
+
+    The child's ``THREADS`` torch threads meet at every operator. Where that many CPUs are idle,
+    they spin briefly (``GOMP_SPINCOUNT``) before sleeping: 25-30 % less training time than
+    sleeping at once on a quiet 2-core machine (150 steps: 11.1-12.4 s against 14.9-16.1 s).
+    Where they are not (another process busy), spinning takes a core from whoever holds it
+    (100 steps beside one busy process: 19.6 s spinning, 13.8-14.0 s passive), so they sleep
+    at once (``OMP_WAIT_POLICY=PASSIVE``). Either way the bytes are the same. A policy the
+    caller set wins.
+    """
+    from pipecat_veena.demo.train import THREADS
+
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return {}
+    quiet = idle is not None and idle >= THREADS - 0.2
+    idle_text = "unknown" if idle is None else f"{idle:.1f}"
+    policy = {"GOMP_SPINCOUNT": str(_SPIN)} if quiet else {"OMP_WAIT_POLICY": "PASSIVE"}
+    logger.info(f"demo LLMs: CPUs idle {idle_text} of {os.cpu_count()}, training with {policy}")
+    return policy
 
 
 def train_llms(directory: Path, steps: int) -> None:
