@@ -118,13 +118,16 @@ def test_openmp_waiting_follows_the_idle_cpus(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
-    assert _omp_wait(2.0) == {"GOMP_SPINCOUNT": "3000"}
-    assert _omp_wait(1.0) == {"OMP_WAIT_POLICY": "PASSIVE"}
-    assert _omp_wait(None) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert _omp_wait(lambda: 2.0) == {"GOMP_SPINCOUNT": "3000"}
+    assert _omp_wait(lambda: 1.0) == {"OMP_WAIT_POLICY": "PASSIVE"}
     idle = _idle_cpus(0.05)
-    assert idle is None or 0.0 <= idle <= (os.cpu_count() or 1) + 1e-6
+    assert 0.0 <= idle <= (os.cpu_count() or 1) + 1e-6
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    assert _omp_wait(2.0) == {}, "the caller's own policy wins"
+
+    def not_sampled() -> float:
+        raise AssertionError("the CPUs were sampled although the caller set a policy")
+
+    assert _omp_wait(not_sampled) == {}, "the caller's own policy wins"
 
 
 def test_spark_layout(spark_tiny_checkpoint: Path) -> None:

@@ -199,7 +199,7 @@ def build_demo_checkpoint(
 
 def _llms(tmp: Path, steps: int) -> None:
     """Run ``train_llms`` in a child process, OpenMP waiting as ``_omp_wait`` picks."""
-    env = {**os.environ, **_omp_wait(_idle_cpus())}
+    env = {**os.environ, **_omp_wait()}
     cmd = [sys.executable, "-m", "pipecat_veena.demo._worker", str(tmp), str(steps)]
     result = subprocess.run(cmd, env=env, check=False)
     if result.returncode != 0:
@@ -209,44 +209,34 @@ def _llms(tmp: Path, steps: int) -> None:
         )
 
 
-def _idle_cpus(interval: float = 0.25) -> float | None:
-    """How many CPUs stood idle over the next ``interval`` s (``/proc/stat``); None elsewhere."""
+def _idle_cpus(interval: float = 0.25) -> float:
+    """How many CPUs stood idle (or waited on I/O) over the next ``interval`` seconds."""
+    import psutil
 
-    def sample() -> tuple[int, int]:
-        with open("/proc/stat", encoding="ascii") as stat:
-            ticks = [int(v) for v in stat.readline().split()[1:]]
-        return sum(ticks[:8]), ticks[3] + ticks[4]  # all (without guest time); idle + iowait
-
-    try:
-        total0, idle0 = sample()
-        time.sleep(interval)
-        total1, idle1 = sample()
-    except (OSError, ValueError, IndexError):
-        return None
-    if total1 <= total0:
-        return None
-    return (os.cpu_count() or 1) * (idle1 - idle0) / (total1 - total0)
+    busy = psutil.cpu_percent(interval=interval) / 100
+    return (os.cpu_count() or 1) * (1.0 - busy)
 
 
-def _omp_wait(idle: float | None) -> dict[str, str]:
+def _omp_wait(idle_cpus: Callable[[], float] = _idle_cpus) -> dict[str, str]:
     """OpenMP waiting for the training child, which reads it only at start-up.
 
-    The child's ``THREADS`` torch threads meet at every operator. Where that many CPUs are idle,
-    they spin briefly (``GOMP_SPINCOUNT``) before sleeping: 25-30 % less training time than
-    sleeping at once on a quiet 2-core machine (150 steps: 11.1-12.4 s against 14.9-16.1 s).
-    Where they are not (another process busy), spinning takes a core from whoever holds it
-    (100 steps beside one busy process: 19.6 s spinning, 13.8-14.0 s passive), so they sleep
-    at once (``OMP_WAIT_POLICY=PASSIVE``). Either way the bytes are the same. A policy the
-    caller set wins.
+    The child's ``THREADS`` torch threads meet at every operator. Where that many CPUs are idle
+    (``idle_cpus``), they spin briefly (``GOMP_SPINCOUNT``) before sleeping: 25-30 % less
+    training time than sleeping at once on a quiet 2-core machine (150 steps: 11.1-12.4 s
+    against 14.9-16.1 s). Where they are not (another process busy), spinning takes a core from
+    whoever holds it (100 steps beside one busy process: 19.6 s spinning, 13.8-14.0 s passive),
+    so they sleep at once (``OMP_WAIT_POLICY=PASSIVE``). Either way the bytes are the same. A
+    policy the caller set wins, and then the CPUs are not sampled.
     """
     from pipecat_veena.demo.train import THREADS
 
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         return {}
-    quiet = idle is not None and idle >= THREADS - 0.2
-    idle_text = "unknown" if idle is None else f"{idle:.1f}"
-    policy = {"GOMP_SPINCOUNT": str(_SPIN)} if quiet else {"OMP_WAIT_POLICY": "PASSIVE"}
-    logger.info(f"demo LLMs: CPUs idle {idle_text} of {os.cpu_count()}, training with {policy}")
+    idle = idle_cpus()
+    policy = (
+        {"GOMP_SPINCOUNT": str(_SPIN)} if idle >= THREADS - 0.2 else {"OMP_WAIT_POLICY": "PASSIVE"}
+    )
+    logger.info(f"demo LLMs: CPUs idle {idle:.1f} of {os.cpu_count()}, training with {policy}")
     return policy
 
 
