@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from pipecat_veena.codecs.bicodec.config import BiCodecConfig, MelConfig, SpeakerConfig
 from pipecat_veena.codecs.bicodec.ecapa import LATENT_CHANNELS, EcapaTdnn
+from pipecat_veena.codecs.bicodec.loader import SPEAKER_ENCODER_PREFIX, load_encode_part
 from pipecat_veena.codecs.bicodec.mel import MelSpectrogram
 from pipecat_veena.codecs.bicodec.model import fsq_basis
 from pipecat_veena.codecs.bicodec.perceiver import PerceiverResampler
@@ -161,9 +162,14 @@ class BiCodecSpeakerEncoder(nn.Module):
             CheckpointError: missing files, a checkpoint without speaker-encoder tensors, or
                 tensors that do not fit the config (naming the file, key and shapes).
         """
-        from pipecat_veena.codecs.bicodec.loader import load_speaker_encoder
-
-        return load_speaker_encoder(path, device=device, dtype=dtype)
+        absent = (
+            "so voices cannot be enrolled from audio with this checkpoint. Use the full "
+            "BiCodec/model.safetensors that ships with Spark-TTS-0.5B (it holds them)."
+        )
+        return load_encode_part(
+            path, cls, MelConfig, what="speaker-encoder", marker=SPEAKER_ENCODER_PREFIX,
+            absent=absent, device=device, dtype=dtype,
+        )  # fmt: skip
 
     @property
     def sample_rate(self) -> int:

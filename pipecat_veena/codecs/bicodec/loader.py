@@ -1,11 +1,11 @@
-"""Loads a BiCodec checkpoint (``config.yaml`` + ``model.safetensors``) into our modules.
+"""How a BiCodec checkpoint (``config.yaml`` + ``model.safetensors``) is read into a module.
 
-The decode path (:class:`BiCodecDecoder`) and the speaker encoder
-(:class:`~pipecat_veena.codecs.bicodec.encoder.BiCodecSpeakerEncoder`) load the same way: the
-model is built on the meta device and given storage once; then each of its tensors is read on its
-own (plain reads, see :mod:`.tensorfile`), weight norm is folded, and the result is copied into
-place, so memory never holds a second copy of the weights. Tensors the model does not use are
-never read.
+Loading has one direction: each model module (``model``, ``encoder``, ``semantic``) builds its
+module and calls this one from its ``from_pretrained``; this module imports none of them. Every
+part loads the same way: the model is built on the meta device and given storage once; then
+each of its tensors is read on its own (plain reads, see :mod:`.tensorfile`), weight norm is
+folded, and the result is copied into place, so memory never holds a second copy of the
+weights. Tensors the model does not use are never read.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from loguru import logger
@@ -25,14 +25,9 @@ from pipecat_veena.codecs.bicodec.config import (
     MelConfig,
     read_audio_tokenizer,
 )
-from pipecat_veena.codecs.bicodec.model import BiCodecDecoder
 from pipecat_veena.codecs.bicodec.modules import official_parameters
 from pipecat_veena.codecs.bicodec.tensorfile import TensorFile
 from pipecat_veena.errors import CheckpointError
-
-if TYPE_CHECKING:
-    from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
-    from pipecat_veena.codecs.bicodec.semantic import BiCodecSemanticEncoder
 
 CONFIG_FILE = "config.yaml"
 WEIGHTS_FILE = "model.safetensors"
@@ -168,10 +163,14 @@ def _load(
     return model.requires_grad_(False).eval()
 
 
-def load_decoder(
-    path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
-) -> BiCodecDecoder:
-    """Build a BiCodecDecoder from a checkpoint (see :meth:`BiCodecDecoder.from_pretrained`).
+def load_decode_part(
+    path: str | Path,
+    model_class: Callable[[BiCodecConfig], nn.Module],
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> Any:
+    """Load the decode path, ``model_class(BiCodecConfig)``, built on meta.
 
     Raises:
         CheckpointError: missing files, unreadable weights, a missing decode tensor, a shape that
@@ -182,11 +181,10 @@ def load_decoder(
     config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
     config = BiCodecConfig.from_yaml(config_path)
     with torch.device("meta"):
-        model = BiCodecDecoder(config)
+        model = model_class(config)
     with TensorFile(weights_path) as file:
         reader = _Reader(file, config_path)
         model = _load(model, reader, device=device, dtype=dtype)
-    model.decoder.channels_last_weights()
     logger.debug(
         f"BiCodec decoder loaded from {directory} in {time.perf_counter() - start:.2f} s: "
         f"{len(reader.used)} tensors used, {len(reader.keys - reader.used)} encode-only skipped, "
@@ -201,7 +199,7 @@ def has_speaker_encoder(path: str | Path) -> bool:
         return any(k.startswith(SPEAKER_ENCODER_PREFIX) for k in file.keys())
 
 
-def _load_encode_part(
+def load_encode_part(
     path: str | Path,
     model_class: Callable[[BiCodecConfig, Any], nn.Module],
     part_config: type[MelConfig] | type[EncoderConfig],
@@ -239,49 +237,3 @@ def _load_encode_part(
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params, {dtype} on {device}"
     )
     return model
-
-
-def load_speaker_encoder(
-    path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
-) -> BiCodecSpeakerEncoder:
-    """Build the speaker encoder from a checkpoint (see ``BiCodecSpeakerEncoder.from_pretrained``).
-
-    Raises:
-        CheckpointError: missing files, unreadable weights, no speaker-encoder tensors at all,
-            a missing tensor, or a shape that does not match the config.
-    """
-    from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
-
-    absent = (
-        "so voices cannot be enrolled from audio with this checkpoint. Use the full "
-        "BiCodec/model.safetensors that ships with Spark-TTS-0.5B (it holds them)."
-    )
-    return _load_encode_part(
-        path, BiCodecSpeakerEncoder, MelConfig, what="speaker-encoder",
-        marker=SPEAKER_ENCODER_PREFIX, absent=absent, device=device, dtype=dtype,
-    )  # fmt: skip
-
-
-def load_semantic_encoder(
-    path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
-) -> BiCodecSemanticEncoder:
-    """Build the semantic encoder from a checkpoint (``BiCodecSemanticEncoder.from_pretrained``).
-
-    Reads ``encoder.*``, ``quantizer.in_project.*`` (any weight spelling) and
-    ``quantizer.codebook.weight``.
-
-    Raises:
-        CheckpointError: missing files, unreadable weights, no ``encoder.encoder.*`` tensors, a
-            missing tensor, or a shape that does not match the config.
-    """
-    from pipecat_veena.codecs.bicodec.semantic import BiCodecSemanticEncoder
-
-    absent = (
-        "so this checkpoint cannot compute a clip's semantic tokens (transcript-mode "
-        "enrolment). Use the full BiCodec/model.safetensors that ships with Spark-TTS-0.5B, or "
-        "enrol without a transcript."
-    )
-    return _load_encode_part(
-        path, BiCodecSemanticEncoder, EncoderConfig, what="semantic-encoder",
-        marker=SEMANTIC_ENCODER_PREFIX, absent=absent, device=device, dtype=dtype,
-    )  # fmt: skip

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pipecat_veena.codecs.bicodec.config import BiCodecConfig, QuantizerConfig, SpeakerConfig
+from pipecat_veena.codecs.bicodec.loader import load_decode_part
 from pipecat_veena.codecs.bicodec.modules import FoldedConv1d, Prenet, WaveGenerator
 
 
@@ -110,9 +111,9 @@ class BiCodecDecoder(nn.Module):
         folded once. Raises :class:`~pipecat_veena.errors.CheckpointError` naming the file, the
         key and the shapes when the checkpoint does not fit the config.
         """
-        from pipecat_veena.codecs.bicodec.loader import load_decoder
-
-        return load_decoder(path, device=device, dtype=dtype)
+        model = load_decode_part(path, cls, device=device, dtype=dtype)
+        model.decoder.channels_last_weights()
+        return model
 
     @property
     def sample_rate(self) -> int:

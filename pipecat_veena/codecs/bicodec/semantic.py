@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from pipecat_veena.codecs.bicodec.config import BiCodecConfig, EncoderConfig, QuantizerConfig
 from pipecat_veena.codecs.bicodec.encoder import clip_tensor, volume_normalize
+from pipecat_veena.codecs.bicodec.loader import SEMANTIC_ENCODER_PREFIX, load_encode_part
 from pipecat_veena.codecs.bicodec.modules import (
     FoldedConv1d,
     VocosBackbone,
@@ -116,9 +117,15 @@ class BiCodecSemanticEncoder(nn.Module):
             CheckpointError: missing files, a checkpoint without the semantic encoder's tensors,
                 or tensors that do not fit the config (naming the file, key and shapes).
         """
-        from pipecat_veena.codecs.bicodec.loader import load_semantic_encoder
-
-        return load_semantic_encoder(path, device=device, dtype=dtype)
+        absent = (
+            "so this checkpoint cannot compute a clip's semantic tokens (transcript-mode "
+            "enrolment). Use the full BiCodec/model.safetensors that ships with Spark-TTS-0.5B, "
+            "or enrol without a transcript."
+        )
+        return load_encode_part(
+            path, cls, EncoderConfig, what="semantic-encoder", marker=SEMANTIC_ENCODER_PREFIX,
+            absent=absent, device=device, dtype=dtype,
+        )  # fmt: skip
 
     @property
     def input_channels(self) -> int:
