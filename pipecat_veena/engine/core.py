@@ -17,6 +17,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
 from contextlib import aclosing
 from dataclasses import fields, replace
 from pathlib import Path
@@ -297,7 +298,13 @@ class VeenaEngine:
         return detect_layout(self.config.checkpoint).wav2vec2_dir is not None
 
     async def enroll_voice(
-        self, name: str, audio: Any, sample_rate: int, transcript: str | None = None
+        self,
+        name: str,
+        audio: Any,
+        sample_rate: int,
+        transcript: str | None = None,
+        *,
+        executor: Executor | None = None,
     ) -> Voice:
         """Enrol a voice from a clip of its speaker; ``stream(voice=name)`` then speaks with it.
 
@@ -320,6 +327,8 @@ class VeenaEngine:
                 speech, neither silent nor clipped.
             sample_rate: the clip's rate in Hz (resampled to the encoder's 16 kHz).
             transcript: the words spoken in the clip (transcript mode), or None (global-only).
+            executor: the thread pool that runs the encoders (None: the loop's default one;
+                the server passes its upload workers).
 
         Returns:
             The enrolled voice (``voice.globals`` holds its 32 codes; in transcript mode
@@ -350,7 +359,7 @@ class VeenaEngine:
             return encoder.tokenize(wav), None if semantic is None else semantic.tokenize(wav)
 
         start = time.perf_counter()
-        codes, semantic_codes = await asyncio.to_thread(encode)
+        codes, semantic_codes = await asyncio.get_running_loop().run_in_executor(executor, encode)
         if semantic_codes is not None:
             self._check_reference_fits(semantic_codes)
         self.refresh_voices(now=True)
