@@ -297,7 +297,10 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``pipecat-veena``."""
+    from pipecat_veena import __version__
+
     parser = argparse.ArgumentParser(prog="pipecat-veena", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     say = sub.add_parser("say", help="speak text into a WAV file through a Pipecat pipeline")

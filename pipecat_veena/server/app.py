@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from pipecat_veena import __version__
 from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.logs import redact_uvicorn_logs
 from pipecat_veena.remote.protocol import STREAM_PATH
@@ -82,8 +83,10 @@ def create_app(
         """Liveness: 200 unless the engine failed to start or died after starting."""
         detail = server.liveness()
         if detail is not None:
-            return JSONResponse({"status": "failed", "detail": detail}, status_code=503)
-        return JSONResponse({"status": "ok"})
+            return JSONResponse(
+                {"status": "failed", "detail": detail, "version": __version__}, status_code=503
+            )
+        return JSONResponse({"status": "ok", "version": __version__})
 
     @app.get("/ready")
     async def ready() -> Response:
