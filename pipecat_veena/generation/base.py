@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,6 +14,12 @@ MAX_TOP_K = 2**31 - 1
 #: Largest request ``seed`` (a signed 64-bit integer; each part of a request adds its index,
 #: wrapping past this to 0).
 MAX_SEED = 2**63 - 1
+#: The range of ``repetition_penalty``. vLLM applies it in float32 after the grammar's mask:
+#: a penalty that rounds to 0 in float32 (1e-300) turns each masked id's -inf into NaN, and
+#: one that rounds to inf (1e300) turns a zero logit into NaN, so sampling picks forbidden ids.
+#: Inside this range every product stays finite (logits times 1e9 is far from float32's 3e38).
+MIN_REPETITION_PENALTY = 1e-9
+MAX_REPETITION_PENALTY = 1e9
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,8 @@ class SamplingOptions:
         temperature: softmax temperature in [0, 2]; 0 means greedy.
         top_k: keep the k most likely tokens (0 or -1 disables).
         top_p: nucleus mass to keep.
-        repetition_penalty: > 1 discourages repeating tokens (1.0 disables).
+        repetition_penalty: > 1 discourages repeating tokens (1.0 disables); in
+            [``MIN_REPETITION_PENALTY``, ``MAX_REPETITION_PENALTY``].
         min_tokens: the stop ids are suppressed until this many tokens exist.
         max_tokens: hard cap on generated tokens (the runaway cap).
         seed: per-request seed for reproducible sampling (None: random).
@@ -55,8 +61,9 @@ class SamplingOptions:
         _check_range(
             "repetition_penalty",
             self.repetition_penalty,
-            0.0 < self.repetition_penalty < math.inf,
-            "a finite number > 0 (1 disables)",
+            MIN_REPETITION_PENALTY <= self.repetition_penalty <= MAX_REPETITION_PENALTY,
+            f"a finite number > 0 in [{MIN_REPETITION_PENALTY:g}, {MAX_REPETITION_PENALTY:g}] "
+            "(1 disables)",
         )
         _check_range(
             "top_k",
