@@ -9,9 +9,14 @@ import asyncio
 import json
 import os
 import signal
+import struct
 import tempfile
+import threading
+import tracemalloc
+from contextlib import ExitStack
 from pathlib import Path
 
+import hostile_audio
 import httpx
 import numpy as np
 import psutil
@@ -22,9 +27,13 @@ from speech import encode_clip, espeak
 from test_enrolment import _bicodec_checkpoint, _engine
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
-from pipecat_veena.server import ServerHandle, create_app
+from pipecat_veena.remote.protocol import ProtocolError
+from pipecat_veena.server import ServerHandle, create_app, uploads, voice_routes
 from pipecat_veena.server.runner import serve_until_signalled
 from pipecat_veena.server.settings import ServerSettings
+from pipecat_veena.server.uploads import DECODE_RATE, decode_clip
+from pipecat_veena.server.voice_routes import MAX_CLIP_SECONDS
+from pipecat_veena.server.workers import upload_workers
 
 VOICES = "/v1/audio/voices"
 
@@ -362,5 +371,160 @@ async def test_a_voices_file_that_cannot_be_written_changes_nothing(checkpoint, 
         assert error["code"] == "enrolment_unsupported"
         assert "cannot write the voices file" in error["message"]
         assert engine.enrolled_voices == [] and "asha" not in engine.voices
+    finally:
+        await engine.shutdown()
+
+
+# -- hostile uploads (issue 37): the container allow-list, header checks and the output cap ----
+
+
+def _refusal(data: bytes) -> ProtocolError:
+    with pytest.raises(ProtocolError) as refused:
+        decode_clip(data, MAX_CLIP_SECONDS)
+    assert "Errno" not in refused.value.message and "avformat" not in refused.value.message
+    return refused.value
+
+
+@pytest.mark.parametrize("fmt", ["wav", "mp3", "ogg", "flac", "m4a", "webm", "adts"])
+def test_every_accepted_format_decodes_to_the_fixed_rate(clips, fmt) -> None:
+    clip = clips[48000]
+    if fmt == "webm":
+        data = hostile_audio.webm_opus(clip)
+    elif fmt == "adts":
+        data = hostile_audio._encode(clip, 48000, "adts", "aac")
+    else:
+        data = encode_clip(clip, 48000, fmt)
+    samples, rate = decode_clip(data, MAX_CLIP_SECONDS)
+    assert rate == DECODE_RATE and samples.dtype == np.float32
+    assert abs(len(samples) / DECODE_RATE - len(clip) / 48000) < 0.1
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        hostile_audio.sdp(5004),
+        b"#EXTM3U\n#EXTINF:10,\nhttp://127.0.0.1:1/a.ts\n",  # HLS
+        b"ffconcat version 1.0\nfile /etc/passwd\n",  # concat
+        b"\x89PNG\r\n\x1a\n" + bytes(64),  # image2
+        b"RIFF\x00\x00\x00\x00AVI LIST",  # RIFF, not WAVE
+    ],
+    ids=["sdp", "hls", "concat", "png", "avi"],
+)
+def test_other_containers_never_reach_ffmpeg(data, monkeypatch) -> None:
+    def no_ffmpeg(*args, **kwargs):
+        raise AssertionError("FFmpeg opened a file outside the allow-list")
+
+    monkeypatch.setattr(uploads.av, "open", no_ffmpeg)
+    refused = _refusal(data)
+    assert refused.code == "not_audio" and "accepted format" in refused.message
+
+
+def test_each_container_is_opened_with_its_own_demuxer_only(clips, monkeypatch) -> None:
+    files = [encode_clip(clips[16000], 16000, f) for f in ("wav", "mp3", "ogg", "flac", "m4a")]
+    files.append(hostile_audio.webm_opus(clips[48000]))
+    opened = []
+    real_open = uploads.av.open
+
+    def spy(*args, **kwargs):
+        opened.append(kwargs.get("format"))
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(uploads.av, "open", spy)
+    for data in files:
+        decode_clip(data, MAX_CLIP_SECONDS)
+    assert opened == ["wav", "mp3", "ogg", "flac", "mov", "matroska"]
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (hostile_audio.vorbis_claiming_rate, "sample rate (2000000000 Hz)"),
+        (hostile_audio.flac_bomb, "sample rate (655350 Hz)"),
+        (lambda: encode_clip(_noise(4, rate=4000), 4000, "wav"), "sample rate (4000 Hz)"),
+        (lambda: _wav_patched(22, struct.pack("<H", 16)), "16 audio channels"),
+        (lambda: encode_clip(_noise(40), 16000, "wav"), "longer than 30 s"),
+    ],
+    ids=["vorbis-2GHz", "flac-655kHz", "4kHz", "16-channels", "declared-40s"],
+)
+def test_headers_are_checked_before_decoding(make, words, monkeypatch) -> None:
+    monkeypatch.setattr(uploads, "_decode", lambda *a: pytest.fail("decoded a refused clip"))
+    refused = _refusal(make())
+    assert refused.code == "bad_voice_clip" and words in refused.message
+
+
+def _wav_patched(at: int, value: bytes) -> bytes:
+    data = bytearray(encode_clip(_noise(4), 16000, "wav"))
+    data[at : at + len(value)] = value
+    return bytes(data)
+
+
+def test_the_cap_is_on_decoded_output_whatever_the_header_says() -> None:
+    """A 28 KB FLAC of unknown length at an allowed 192 kHz holding 6 minutes of silence: the
+    decoder stops at 30 s of output and little memory is ever held."""
+    bomb = hostile_audio.flac_bomb(blocks=2000, rate=192000, channels=2)
+    assert len(bomb) < 64 * 1024
+    tracemalloc.start()
+    try:
+        refused = _refusal(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert refused.code == "bad_voice_clip" and "longer than 30 s" in refused.message
+    assert peak < 16 * 1024 * 1024  # 30 s at 16 kHz is 1.9 MB; the whole file would be 1 GB
+
+
+def test_a_rate_change_mid_stream_decodes_with_a_fresh_resampler() -> None:
+    samples, _ = decode_clip(hostile_audio.rate_change_mp3(seconds=4.0), MAX_CLIP_SECONDS)
+    assert abs(len(samples) / DECODE_RATE - 8.0) < 0.2  # both halves, at the fixed rate
+
+
+def test_a_broken_file_is_a_4xx_without_ffmpeg_internals(clips) -> None:
+    flac = encode_clip(clips[16000], 16000, "flac")
+    refused = _refusal(flac[:200])
+    assert refused.code == "not_audio"
+    refused = _refusal(b"OggS" + bytes(200))
+    assert refused.code == "not_audio" and "send WAV" in refused.message
+
+
+async def test_a_full_upload_pool_answers_429_with_retry_after(checkpoint, clips) -> None:
+    engine, _ = await _engine(checkpoint)
+    workers = upload_workers()
+    wav = encode_clip(clips[16000], 16000, "wav")
+    try:
+        async with serving(engine) as handle:
+            with ExitStack() as held:
+                for _ in range(workers.admitted):
+                    held.enter_context(workers.admit())
+                busy = await _post(handle.url, _form(wav))
+            assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
+            assert busy.json()["error"]["code"] == "uploads_busy"
+            assert workers.in_progress == 0
+            again = await _post(handle.url, _form(wav, consent="on"))  # an HTML checkbox
+            assert again.status_code == 201, again.text
+    finally:
+        await engine.shutdown()
+
+
+async def test_decoding_and_enrolment_never_use_the_default_thread_pool(
+    checkpoint, clips, monkeypatch
+) -> None:
+    engine, _ = await _engine(checkpoint)
+    threads: list[str] = []
+
+    def on_thread(work):
+        def noted(*args):
+            threads.append(threading.current_thread().name)
+            return work(*args)
+
+        return noted
+
+    monkeypatch.setattr(voice_routes, "decode_clip", on_thread(uploads.decode_clip))
+    try:
+        async with serving(engine) as handle:
+            encoder = await engine._speaker_encoder_loaded()
+            monkeypatch.setattr(encoder, "tokenize", on_thread(encoder.tokenize))
+            answer = await _post(handle.url, _form(encode_clip(clips[16000], 16000, "mp3")))
+        assert answer.status_code == 201, answer.text
+        assert len(threads) == 2 and all(t.startswith("veena-upload") for t in threads), threads
     finally:
         await engine.shutdown()

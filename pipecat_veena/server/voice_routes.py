@@ -1,18 +1,20 @@
 """Voice enrolment over HTTP: ``POST /v1/audio/voices`` and ``DELETE /v1/audio/voices/{name}``.
 
-``POST`` takes a multipart form: ``file`` (a 3-30 s clip of one speaker: WAV, MP3, Ogg/Opus,
-M4A/AAC or FLAC), ``name``, ``consent`` (``true``: the speaker agreed) and optionally
+``POST`` takes a multipart form: ``file`` (a 3-30 s clip of one speaker: WAV, FLAC, MP3,
+Ogg (Opus or Vorbis), M4A/MP4/AAC or WebM/Opus), ``name``, ``consent`` (``true``, ``on``, ``1``
+or ``yes``: the speaker agreed) and optionally
 ``transcript`` (only where the engine enrols with transcripts; elsewhere a 422 says so). The
 enrolled voice is then a voice name like the built-in ones, in every API; with a voices file
 (``pipecat-veena serve --voices-file``) it is written there, and replicas sharing the file
 reload it. ``GET /v1/audio/voices`` (in ``openai_routes``) lists enrolled voices with the
 others. Every refusal is an OpenAI-shaped error naming the problem (codes in docs/protocol.md);
-nothing uploaded is written to disk (see ``uploads``).
+nothing uploaded is written to disk (see ``uploads``). Decoding and enrolment run on the
+upload workers (``workers``), never on the thread pool speech uses; when they are full the
+upload gets 429 ``uploads_busy`` with ``Retry-After``.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -25,11 +27,12 @@ from pipecat_veena.remote.protocol import ErrorCode, ProtocolError
 from pipecat_veena.server.openai_routes import admitted, error_response, read_body
 from pipecat_veena.server.state import SpeechServer
 from pipecat_veena.server.uploads import decode_clip, parse_form
+from pipecat_veena.server.workers import upload_workers
 
 #: Longest clip decoded, in seconds (the engine refuses longer ones).
 MAX_CLIP_SECONDS = 30.0
-#: What ``consent`` must be.
-CONSENT_VALUES = ("true", "1", "yes")
+#: What ``consent`` must be (``on``: an HTML checkbox's value).
+CONSENT_VALUES = ("true", "1", "yes", "on")
 
 router = APIRouter()
 
@@ -101,12 +104,18 @@ async def enrol(request: Request) -> Response:
         finally:
             await form.close()
         del body
-        samples, rate = await asyncio.to_thread(decode_clip, data, MAX_CLIP_SECONDS)
-        extra = {"transcript": transcript} if transcript is not None else {}
-        voice = await engine.enroll_voice(name, samples, rate, **extra)
+        workers = upload_workers()
+        with workers.admit():
+            samples, rate = await workers.run(decode_clip, data, MAX_CLIP_SECONDS)
+            del data
+            extra = {"transcript": transcript} if transcript is not None else {}
+            voice = await engine.enroll_voice(
+                name, samples, rate, executor=workers.executor, **extra
+            )
     except ProtocolError as e:
         server.metrics.error("http", e.code)
-        return error_response(e, "file" if e.code in _FILE_CODES else None)
+        status = 429 if e.code == ErrorCode.UPLOADS_BUSY else None  # with Retry-After
+        return error_response(e, "file" if e.code in _FILE_CODES else None, status)
     except EnrolmentError as e:
         server.metrics.error("http", e.code)
         return error_response(ProtocolError(e.code, str(e)))

@@ -60,6 +60,7 @@ class ErrorCode:
     ENROLMENT_UNSUPPORTED = EnrolmentError.UNSUPPORTED
     CONSENT_REQUIRED = "consent_required"
     TRANSCRIPT_UNSUPPORTED = "transcript_unsupported"
+    UPLOADS_BUSY = "uploads_busy"
 
 
 #: Codes after which the same request may succeed elsewhere or later.
@@ -73,6 +74,7 @@ RETRYABLE = frozenset(
         ErrorCode.IDLE_TIMEOUT,
         ErrorCode.INTERNAL,
         ErrorCode.TOO_MANY_CONNECTIONS,
+        ErrorCode.UPLOADS_BUSY,
     }
 )
 
