@@ -178,7 +178,13 @@ async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: obj
 
     voices_file = args.voices_file or default_voices_file(checkpoint)
     engine = VeenaEngine(
-        _engine_config(args, checkpoint, generator_kwargs=quiet_load, voices_file=voices_file)
+        _engine_config(
+            args,
+            checkpoint,
+            generator_kwargs=quiet_load,
+            voices_file=voices_file,
+            log_text=args.log_text,
+        )
     )
     app = create_app(engine, settings, demo=is_demo_checkpoint(checkpoint))  # type: ignore[arg-type]
     handle = ServerHandle(
@@ -383,6 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--log-format", choices=LOG_FORMATS, default="text",
                      help="stderr logs as text, or as JSON lines (loguru's serialized records; "
                           "each utterance's lines carry its request_id)")
+    srv.add_argument("--log-text", action="store_true",
+                     help="show callers' text (its first 60 characters) in logs, spans and "
+                          "error messages; off: only its length and a short hash")
     srv.set_defaults(func=_serve)
 
     voices = sub.add_parser(

@@ -38,6 +38,7 @@ from loguru import logger
 from pipecat_veena.engine import voice_with_levels
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
 from pipecat_veena.interface import AudioChunk, SpeechEngine
+from pipecat_veena.logs import caller_text
 from pipecat_veena.resample import StreamResampler
 from pipecat_veena.text import is_speakable
 
@@ -361,7 +362,7 @@ class _Attempt:
         except TimeoutError as e:
             raise APITimeoutError(
                 f"{self.tts.label}: no audio within {self.timeout} s ({waited}) for "
-                f"{text[:60]!r}: the engine stalled",
+                f"{caller_text(text)}: the engine stalled",
                 retryable=self._retryable(e),
             ) from e
         except Exception as e:
@@ -390,7 +391,7 @@ class _Attempt:
         """Raise a clear, final error for text with nothing speakable (emoji, punctuation)."""
         if text.strip() and not self.spoke:
             raise APIError(
-                f"{self.tts.label}: nothing speakable in {text[:60]!r}; filter such text "
+                f"{self.tts.label}: nothing speakable in {caller_text(text)}; filter such text "
                 "before TTS (AgentSession tts_text_transforms)",
                 retryable=False,
             )

@@ -11,7 +11,9 @@ traceback uvicorn logs for a client's invalid UTF-8 into one INFO line).
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import re
 import sys
 import traceback
@@ -24,6 +26,11 @@ _SECRET_QUERY = re.compile(r"(?i)\b((?:api[_-]?key|access[_-]?token|token|key)=)
 REDACTED = "<redacted>"
 #: The loggers uvicorn writes request paths to (requests; WebSockets; ASGI messages at trace).
 UVICORN_LOGGERS = ("uvicorn.access", "uvicorn.error", "uvicorn.asgi")
+#: How many characters of a caller's text ``caller_text`` shows when text is on.
+TEXT_SHOWN = 60
+#: The key of ``caller_text``'s hashes: one per process, so that a short text's hash cannot be
+#: found by hashing guesses elsewhere (lines of one process still match each other).
+_TEXT_KEY = os.urandom(16)
 
 
 def configure_logging(level: str = "INFO", *, sink: TextIO | Any = None, **options: Any) -> int:
@@ -52,6 +59,22 @@ def log_failure(message: str, error: BaseException) -> None:
     """Log ``message`` at ERROR with ``error``'s traceback: files and lines, no variables."""
     trace = "".join(traceback.format_exception(error)).rstrip()
     logger.error(f"{message}\n{trace}")
+
+
+def caller_text(text: str, *, show: bool = False) -> str:
+    """How a caller's text appears in a log line, a span or an error message.
+
+    Args:
+        text: the caller's text.
+        show: the operator's switch (``EngineConfig.log_text``): True shows the text's first
+            ``TEXT_SHOWN`` characters, quoted; False (the default) only its length and a short
+            keyed hash, ``<text: 26 characters, #3f2a9c1b>`` (equal texts: equal hashes).
+    """
+    if show:
+        return repr(text[:TEXT_SHOWN]) + ("..." if len(text) > TEXT_SHOWN else "")
+    data = text.encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2s(data, digest_size=4, key=_TEXT_KEY).hexdigest()
+    return f"<text: {len(text)} characters, #{digest}>"
 
 
 def redact(text: str) -> str:

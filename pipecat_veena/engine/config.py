@@ -53,6 +53,8 @@ class EngineConfig:
             default voice, sampled with ``warmup_seed``, unless a voices file pinned it).
         warmup_seed: sampling seed of the warm-up utterance.
         log_requests: log each request at info level.
+        log_text: show callers' text (its first 60 characters) in log lines, trace spans and
+            error messages; off, only its length and a short hash (``logs.caller_text``).
         generator_kwargs: further VllmGenerator arguments (dtype, kv_cache_memory_bytes, ...).
     """
 
@@ -75,4 +77,5 @@ class EngineConfig:
     warmup: bool = True
     warmup_seed: int = 0
     log_requests: bool = False
+    log_text: bool = False
     generator_kwargs: dict[str, Any] = field(default_factory=dict)

@@ -40,6 +40,7 @@ from pipecat_veena.errors import (
     EnrolmentError,
 )
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
+from pipecat_veena.logs import caller_text
 from pipecat_veena.normalize import LANGUAGES, Lexicon, sentence_language
 from pipecat_veena.normalize import normalize as normalize_text
 from pipecat_veena.streaming import StreamConfig
@@ -643,7 +644,9 @@ class VeenaEngine:
         else:  # linear, but about 10 us a character at worst: keep the loop (and probes) free
             parts = await asyncio.to_thread(self._model_texts, fmt, text, spoken, language)
         if not parts:
-            logger.debug(f"{self}: nothing speakable in {text!r}")
+            logger.debug(
+                f"{self}: nothing speakable in {caller_text(text, show=self.config.log_text)}"
+            )
             return
         rid = f"{request_id or 'tts'}-{uuid.uuid4().hex[:12]}"
         request = Utterance(self._parts, rid, voice_obj, options, max_tokens, language=language)

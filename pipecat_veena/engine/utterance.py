@@ -27,6 +27,7 @@ from pipecat_veena.errors import NoAudioError
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.generation.base import MAX_SEED
 from pipecat_veena.interface import AudioChunk
+from pipecat_veena.logs import caller_text
 from pipecat_veena.streaming import StreamConfig, StreamDecoder, should_hurry
 from pipecat_veena.text import Part
 from pipecat_veena.timing import WordTiming, align_words
@@ -156,7 +157,7 @@ class Utterance:
         if self.samples == 0:
             raise NoAudioError(
                 f"{self.rid}: the model produced no audio for speakable text "
-                f"{parts[0].spoken[:60]!r}"
+                f"{caller_text(parts[0].spoken, show=self.config.log_text)}"
             )
         if self._timing:
             logger.debug(f"{self.rid}: no chunk left to carry the last words' timings")
