@@ -32,7 +32,7 @@ from pipecat_veena.remote.protocol import (
     parse_client_message,
     to_json,
 )
-from pipecat_veena.server.limits import authenticate, client_address
+from pipecat_veena.server.limits import authenticate, client_address, voice_owner
 from pipecat_veena.server.outbox import Outbox
 from pipecat_veena.server.state import SpeechServer
 from pipecat_veena.server.ws_utterance import WsUtterance
@@ -50,6 +50,9 @@ class Connection:
         server: the app's shared state.
         key: the caller's API key name.
     """
+
+    #: The utterance class (a subclass speaks another protocol's messages).
+    utterance_type: type[WsUtterance] = WsUtterance
 
     def __init__(self, websocket: WebSocket, server: SpeechServer, key: str) -> None:
         self.ws = websocket
@@ -70,7 +73,9 @@ class Connection:
         receiver = asyncio.create_task(self._receive_loop())
         reason = "gone"
         try:
-            await self.outbox.put(to_json(self._ready()))
+            hello = self._hello()
+            if hello is not None:
+                await self.outbox.put(hello)
             self.server.watch_drain(self.go_away)
             done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
             reason = (receiver if receiver in done else sender).result()
@@ -100,6 +105,14 @@ class Connection:
                 f"speech server: a client ({self.key}) did not read for "
                 f"{self.settings.slow_client_timeout_s:g} s; dropped it and aborted its requests"
             )
+
+    def _hello(self) -> str | None:
+        """The connection's first message (``ready``); a subclass's protocol may have none."""
+        return to_json(self._ready())
+
+    def _error_text(self, error: Error) -> str:
+        """An ``error`` as this connection's client reads it (a subclass's wire shape)."""
+        return to_json(error)
 
     def _ready(self) -> Ready:
         engine = self.server.engine
@@ -137,7 +150,7 @@ class Connection:
             self.server.metrics.error("ws", error.code)
         try:
             if error is not None:
-                await asyncio.wait_for(self.ws.send_text(to_json(error)), timeout)
+                await asyncio.wait_for(self.ws.send_text(self._error_text(error)), timeout)
             await asyncio.wait_for(self.ws.close(code), timeout)
         except Exception:  # the client is gone or stuck: uvicorn closes the socket
             pass
@@ -185,7 +198,7 @@ class Connection:
                 self._handle(text)
             except ProtocolError as e:
                 self.server.metrics.error("ws", e.code)
-                await self.outbox.put(to_json(Error(e.code, e.message, e.ref, e.ended)))
+                await self.outbox.put(self._error_text(Error(e.code, e.message, e.ref, e.ended)))
 
     def _handle(self, text: str) -> None:
         msg = parse_client_message(text, self.settings.max_message_bytes)
@@ -224,11 +237,11 @@ class Connection:
             if problem is not None:
                 raise problem
             server.check_text(msg.text, msg.id)
-            voice = server.resolve_voice(msg.voice)
+            voice = server.resolve_voice(msg.voice, voice_owner(self.settings, self.ws))
             server.check_options(msg.options, msg.id)
             if not msg.final:
                 self._check_open_cap()
-            self.utterances[msg.id] = WsUtterance(self, msg, voice)
+            self.utterances[msg.id] = self.utterance_type(self, msg, voice)
         except ProtocolError as e:
             server.metrics.requests.labels("ws", "rejected").inc()
             e.ref, e.ended = msg.id, True

@@ -222,7 +222,16 @@ class WsUtterance:
         if isinstance(final, Error):
             conn.server.metrics.error("ws", final.code)
         if final is not None:
-            conn.outbox.push_control(to_json(final))
+            conn.outbox.push_control(self._final_message(final))
+
+    def _final_message(self, final: Done | Error) -> str:
+        """The utterance's last message as its client reads it (a subclass's wire shape)."""
+        return to_json(final)
+
+    async def _send_audio(self, pcm: bytes) -> None:
+        """One piece of audio for the client, then the words it completes."""
+        await self.conn.outbox.put(encode_audio_frame(self.id, self.run.tokens, pcm))
+        await self._send_words(self.run.audio_seconds)
 
     async def _send_words(self, played_s: float | None) -> None:
         """A ``words`` message for the words whose audio was sent (None: all that are left)."""
@@ -237,17 +246,16 @@ class WsUtterance:
             await self._speak()
 
     async def _speak(self) -> None:
-        conn, run = self.conn, self.run
+        run = self.run
         outcome: str = "failed"
         final: Done | Error | None = None
         try:
             while (text := await self._next_text()) is not None:
                 async for pcm in run.segment(text):
-                    await conn.outbox.put(encode_audio_frame(self.id, run.tokens, pcm))
-                    await self._send_words(run.audio_seconds)
+                    await self._send_audio(pcm)
             tail = run.finish()
             if tail:
-                await conn.outbox.put(encode_audio_frame(self.id, run.tokens, tail))
+                await self._send_audio(tail)
             await self._send_words(None)
             outcome, final = "completed", self._done("completed")
         except asyncio.CancelledError:
