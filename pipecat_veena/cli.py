@@ -170,6 +170,7 @@ async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: obj
     from pipecat_veena.demo import is_demo_checkpoint
     from pipecat_veena.engine import VeenaEngine
     from pipecat_veena.server import ServerHandle, create_app
+    from pipecat_veena.server.logs import console, console_error
     from pipecat_veena.server.runner import serve_until_signalled
 
     # JSON logs: no progress bar from vLLM's engine process on stderr either
@@ -196,21 +197,28 @@ async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: obj
     )
 
     def ready() -> None:
-        print(
+        voices = list(engine.voices)
+        console(
+            args.log_format,
+            "ready",
             f"ready: {engine.model_name} ({engine.sample_rate} Hz; voices "
-            f"{', '.join(engine.voices)}) on {handle.url} and {handle.ws_url}",
-            flush=True,
+            f"{', '.join(voices)}) on {handle.url} and {handle.ws_url}",
+            model=engine.model_name,
+            sample_rate=engine.sample_rate,
+            voices=voices,
+            url=handle.url,
+            ws_url=handle.ws_url,
         )
-        print(f"playground: open {handle.url}/ in a browser", flush=True)
+        console(args.log_format, "playground", f"playground: open {handle.url}/ in a browser")
 
     try:
         status = await serve_until_signalled(handle, on_ready=ready)
     except OSError as e:
-        print(f"error: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
+        console_error(args.log_format, f"cannot listen on {args.host}:{args.port}: {e}")
         return 2
     if status:
         print(f"error: the engine failed to start: {handle.state.failed}", file=sys.stderr)
-    print("stopped", flush=True)
+    console(args.log_format, "stopped", "stopped", status=status)
     return status
 
 

@@ -103,7 +103,8 @@ async def test_one_request_id_from_the_remote_engine_through_the_server_to_the_e
 
 
 async def test_serve_log_format_json(spark_tiny_checkpoint, tmp_path):
-    """``serve --log-format json``: every line of the server's stderr is JSON, and the engine's
+    """``serve --log-format json``: every line of the server's stderr and stdout is JSON (its
+    ``ready``, ``playground`` and ``stopped`` lines were plain text on stdout), and the engine's
     line about an utterance carries the WebSocket speak id as request_id."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -132,7 +133,10 @@ async def test_serve_log_format_json(spark_tiny_checkpoint, tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
     assert proc.returncode == 0, err.read_text()[-3000:]
-    assert "ready: " in out.read_text()
+    said = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    assert [m["event"] for m in said] == ["ready", "playground", "stopped"], said
+    assert said[0]["message"].startswith("ready: ") and said[0]["ws_url"].startswith("ws://")
+    assert said[-1]["status"] == 0
     records = []
     for line in err.read_text().splitlines():
         if line.strip():

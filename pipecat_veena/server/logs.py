@@ -6,12 +6,16 @@ Every log line about one utterance carries ``request_id`` (and on the server
 JSON (``pipecat-veena serve --log-format json``) each line is loguru's serialized record:
 ``{"text": ..., "record": {"level": ..., "message": ..., "extra": {"request_id": ...}, ...}}``,
 and the standard library's records (uvicorn, vLLM in this process) are sent through loguru, so
-that every line of the server's stderr is JSON.
+that every line of the server's stderr is JSON. ``serve``'s own lines for its operator
+(``ready: ...`` on stdout, ``error: ...`` on stderr) go through ``console`` and
+``console_error``: in JSON they are JSON too.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 import traceback
 
 from loguru import logger
@@ -54,10 +58,39 @@ def configure_server_logs(log_format: str, *, verbose: bool) -> bool:
         raise ValueError(
             f"--log-format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}"
         )
-    json = log_format == "json"
-    configure_logging("DEBUG" if verbose else "INFO", serialize=json)  # (no variables logged)
-    if json:
+    as_json = log_format == "json"
+    configure_logging("DEBUG" if verbose else "INFO", serialize=as_json)  # (no variables logged)
+    if as_json:
         level = logging.INFO if verbose else logging.WARNING
         logging.basicConfig(handlers=[ToLoguru()], level=level, force=True)
         logging.captureWarnings(True)  # Python warnings too ("py.warnings")
-    return not json
+    return not as_json
+
+
+def console(log_format: str, event: str, message: str, **fields: object) -> None:
+    """Write one of ``serve``'s own lines to stdout (``ready: ...``, ``stopped``).
+
+    Args:
+        log_format: "text": ``message`` as it is; "json": one JSON object,
+            ``{"event": event, "message": message, **fields}``.
+        event: what happened, for a log pipeline ("ready", "playground", "stopped").
+        message: the line a person reads.
+        **fields: more JSON fields (JSON only).
+    """
+    line = json.dumps({"event": event, "message": message, **fields}) if log_format == "json" \
+        else message  # fmt: skip
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def console_error(log_format: str, message: str) -> None:
+    """Write ``serve``'s one-line failure to stderr.
+
+    ``error: message`` as text; in JSON an ERROR record like every other line there (the sink
+    ``configure_server_logs`` set up).
+    """
+    if log_format == "json":
+        logger.error(message)
+    else:
+        sys.stderr.write(f"error: {message}\n")
+        sys.stderr.flush()
