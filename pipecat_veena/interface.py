@@ -21,16 +21,23 @@ class WordTiming:
     """One written word and where it is spoken (an estimate).
 
     Attributes:
-        word: the word as written in the text (with its attached punctuation).
+        word: the word as written in the caller's text (with its attached punctuation), character
+            for character (a decomposed accent stays decomposed).
         start: seconds from the first sample of the audio to the word's start.
         end: seconds to its end (the next word's start, or the start of the pause after it).
-        offset: index of the word's first character in the text.
+        offset: index of the word's first character in the caller's text exactly as it was
+            passed (not its normalised form), in Python code points (str indices):
+            ``text[offset:offset + len(word)] == word``.
+        offset_utf16: the same index in UTF-16 code units (JavaScript string indices: an emoji
+            or other character outside the BMP counts 2); set by the speech server on the
+            words it sends, None elsewhere.
     """
 
     word: str
     start: float
     end: float
     offset: int
+    offset_utf16: int | None = None
 
 
 @dataclass(frozen=True)

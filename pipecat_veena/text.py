@@ -54,6 +54,14 @@ def normalize(text: str) -> str:
     return _SPACES.sub(" ", unicodedata.normalize("NFC", text)).strip()
 
 
+def utf16_length(text: str) -> int:
+    """Length of ``text`` in UTF-16 code units (JavaScript's ``length``).
+
+    A character outside the Basic Multilingual Plane (most emoji) counts 2.
+    """
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
 def is_speakable(text: str) -> bool:
     """True when ``text`` holds something to say: a letter or digit outside markup and tags."""
     stripped = _MARKUP.sub(" ", text)

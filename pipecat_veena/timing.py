@@ -33,7 +33,14 @@ import numpy as np
 from pipecat_veena.interface import WordTiming
 from pipecat_veena.normalize import LANGUAGES, normalize, sentence_language
 
-__all__ = ["WordTiming", "align_words", "find_speech", "split_words", "spoken_units"]
+__all__ = [
+    "SourceWords",
+    "WordTiming",
+    "align_words",
+    "find_speech",
+    "split_words",
+    "spoken_units",
+]
 
 #: Analysis frame of the pause detector.
 FRAME_SECONDS = 0.01
@@ -89,6 +96,49 @@ def split_words(text: str) -> list[tuple[int, int]]:
         for m in _WORD.finditer(text)
         if any(unicodedata.category(ch)[0] in "LN" for ch in m.group())
     ]
+
+
+class SourceWords:
+    """Finds the words of a normalised text in the text it came from, in order.
+
+    The engine splits and times ``normalize(text)`` (NFC, white space folded, control strings
+    dropped); its callers' offsets point into ``text`` exactly as they passed it. A word of the
+    normalised text (a run without white space) is the NFC form of a run of ``text``, or of a
+    piece of one (a dropped control string splits a run), so ``find`` looks for it run by run,
+    forward from the last word found.
+
+    Args:
+        text: the caller's text.
+    """
+
+    #: Runs ``find`` looks through past the last word found before it gives up on a word.
+    LOOKAHEAD_RUNS = 256
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._runs = [m.span() for m in _WORD.finditer(text)]
+        self._run = 0  # the run the next word is looked for in
+        self._within = 0  # characters of that run's NFC form used by words already found
+
+    def find(self, word: str) -> tuple[int, int] | None:
+        """The span of ``word`` (normalised) in the caller's text; None when it is not there.
+
+        ``text[a:b]`` is the word as the caller wrote it (its NFC form is ``word``). Where a
+        run is not in NFC and holds more than this word (a control string glued to a decomposed
+        accent), the span is the whole run.
+        """
+        for run in range(self._run, min(len(self._runs), self._run + self.LOOKAHEAD_RUNS)):
+            a, b = self._runs[run]
+            raw = self.text[a:b]
+            nfc = unicodedata.normalize("NFC", raw)
+            found = nfc.find(word, self._within if run == self._run else 0)
+            if found < 0:
+                continue
+            self._run, self._within = run, found + len(word)
+            if nfc == raw:
+                return a + found, a + found + len(word)
+            return a, b
+        return None
 
 
 def _devanagari_units(word: str) -> float:

@@ -7,13 +7,18 @@ hands them to Pipecat's word-timestamp path, so that when the caller interrupts,
 
 from __future__ import annotations
 
+import json
 import random
 
+import httpx
 import pytest
 import pytest_asyncio
+from server_fakes import RawClient, serving
+from test_word_offsets import utf16_slice, words_until_done
 
 from benchmarks.interruption import ENGLISH, HINDI, MIXED, interrupted_turn, judge, kept_words
 from pipecat_veena.engine import EngineConfig, VeenaEngine
+from pipecat_veena.text import utf16_length
 from pipecat_veena.timing import split_words
 
 pytestmark = pytest.mark.vllm
@@ -76,3 +81,38 @@ async def test_interrupted_turn_keeps_the_words_that_played(engine, text):
         if problem:
             failures.append(f"interrupt at {at:.2f} s ({played:.2f} s played): {problem}")
     assert not failures, "\n".join(failures)
+
+
+async def test_server_word_offsets_point_into_the_text_as_sent(engine):
+    """Through the real server (real sockets) on the real engine, over the WebSocket and SSE:
+    every reported word is ``text[offset:offset + len(word)]`` of the text as sent, and
+    ``offset_utf16`` indexes it as JavaScript does, through emoji, CRLF and blank lines, runs of
+    spaces, decomposed accents and Devanagari (before: offsets into the normalised text)."""
+    text = (
+        "Hello 👋 there!\r\n\r\nCafe\u0301 is   open, 😀😀 come in. "
+        "आपका \u0958िला बिल ₹1,250 है।\n\n\tThanks 🙏🏽 a lot."
+    )
+    options = {"seed": 7}
+    async with serving(engine) as server:
+        async with RawClient.connect(server.ws_url) as client:
+            await client.send(
+                {"type": "speak", "id": "o", "text": text, "words": True, "options": options}
+            )
+            ws_words, end = await words_until_done(client, "o")
+        assert end.type == "done", end
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
+            body = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm",
+                    "stream_format": "sse", "seed": 7}  # fmt: skip
+            response = await http.post("/v1/audio/speech", json=body)
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line[:6] == "data: "]
+    sse_words = [w for e in events if e["type"] == "speech.words" for w in e["words"]]
+    written = [(a, text[a:b]) for a, b in split_words(text)]
+    for words in (ws_words, sse_words):
+        assert words, "no word timings came"
+        for w in words:
+            assert text[w["offset"] : w["offset"] + len(w["word"])] == w["word"], w
+            assert utf16_slice(text, w["offset_utf16"], utf16_length(w["word"])) == w["word"], w
+        # the caller's words, in order (a part the loop guard cut short reports none)
+        reported = [(w["offset"], w["word"]) for w in words]
+        assert reported == [pair for pair in written if pair in reported]
+    assert any(w["offset_utf16"] > w["offset"] for w in ws_words)  # (past an emoji)

@@ -649,7 +649,9 @@ class VeenaEngine:
             )
             return
         rid = f"{request_id or 'tts'}-{uuid.uuid4().hex[:12]}"
-        request = Utterance(self._parts, rid, voice_obj, options, max_tokens, language=language)
+        request = Utterance(
+            self._parts, rid, voice_obj, options, max_tokens, language=language, text=text
+        )
         request.trace = tracing.utterance(
             rid, voice_obj.name, self.model_name, len(text), len(parts)
         )

@@ -30,7 +30,7 @@ from pipecat_veena.interface import AudioChunk
 from pipecat_veena.logs import caller_text
 from pipecat_veena.streaming import StreamConfig, StreamDecoder, should_hurry
 from pipecat_veena.text import Part
-from pipecat_veena.timing import WordTiming, align_words
+from pipecat_veena.timing import SourceWords, WordTiming, align_words, split_words
 from pipecat_veena.tracing import UtteranceTrace
 
 #: A code stream periodic over this many seconds is a loop; periods up to LOOP_PERIOD_S count.
@@ -71,6 +71,8 @@ class Utterance:
         options: sampling options (the family's defaults with the caller's overrides).
         max_tokens: the caller's cap on tokens per part, if any.
         language: how the text's numbers and codes are read ("auto", "hi", "en"), for timing.
+        text: the caller's text as passed: word offsets point into it ("" when not known: the
+            offsets then point into the parts' written text, joined by spaces).
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class Utterance:
         max_tokens: int | None,
         *,
         language: str = "auto",
+        text: str = "",
     ) -> None:
         self.shared = shared
         self.language = language
@@ -120,10 +123,11 @@ class Utterance:
         )
         # Word timing: a group (parts up to one whose written text closes it) is aligned once
         # its audio is complete, off the loop; its words ride the next chunk after that.
-        self._groups: deque[tuple[int, str | None]] = deque()  # (end sample, written or None)
+        self._groups: deque[tuple[int, str, bool]] = deque()  # (end sample, written, cut)
         self._group_start = 0  # first sample of the group being spoken
         self._group_audio: list[np.ndarray] = []  # its samples so far
-        self._written_at = 0  # offset of the group's written text in the utterance's
+        self._source = SourceWords(text) if text else None  # where words are in the caller's
+        self._written_at = 0  # without it: offset of the group's written text in theirs
         self._spoiled = False  # a part of the open group was cut short: no words for it
         self._timing: deque[asyncio.Future[list[WordTiming]]] = deque()
 
@@ -360,33 +364,52 @@ class Utterance:
         if not part.written:
             return
         end = self.decoder.frames_received * self.codec.samples_per_frame if self.decoder else 0
-        self._groups.append((end, None if self._spoiled else part.written))
-        self._spoiled = False
-        if not self._groups[-1][1]:
+        self._groups.append((end, part.written, self._spoiled))
+        if self._spoiled:
             logger.debug(f"{self.rid}: part cut short: its words are not timed")
+        self._spoiled = False
 
     def _time_words(self, samples: np.ndarray) -> None:
         """Keep the group's audio; start timing each group whose audio is now complete."""
         self._group_audio.append(samples)
         while self._groups and self._groups[0][0] <= self.samples:
-            end, written = self._groups.popleft()
+            end, written, cut = self._groups.popleft()
             audio = np.concatenate(self._group_audio)
             split = end - self._group_start
             self._group_audio = [audio[split:]] if split < len(audio) else []
             offset_s = self._group_start / self.codec.sample_rate
             self._group_start = end
-            if written:
+            spans = self._source_spans(written)  # (in order, a cut group's words too)
+            if not cut:
                 self._timing.append(
                     asyncio.ensure_future(
-                        asyncio.to_thread(
-                            self._align, written, audio[:split], offset_s, self._written_at
-                        )
+                        asyncio.to_thread(self._align, written, audio[:split], offset_s, spans)
                     )
                 )
-                self._written_at += len(written) + 1
 
-    def _align(self, written: str, audio: np.ndarray, offset_s: float, at: int) -> list[WordTiming]:
-        """Word timings of one group, shifted to the utterance (runs on a worker thread)."""
+    def _source_spans(self, written: str) -> list[tuple[int, int] | None]:
+        """Where each word of a group's written text is in the caller's text (None: not found)."""
+        words = [written[a:b] for a, b in split_words(written)]
+        if self._source is None:
+            at, self._written_at = self._written_at, self._written_at + len(written) + 1
+            return [(at + a, at + b) for a, b in split_words(written)]
+        spans = [self._source.find(w) for w in words]
+        if None in spans:
+            logger.debug(f"{self.rid}: a timed word is not in the caller's text")
+        return spans
+
+    def _align(
+        self,
+        written: str,
+        audio: np.ndarray,
+        offset_s: float,
+        spans: list[tuple[int, int] | None],
+    ) -> list[WordTiming]:
+        """Word timings of one group, shifted to the utterance and its caller's text.
+
+        Runs on a worker thread. A word not found in the caller's text keeps its normalised
+        form and the offset of the word before (best effort).
+        """
         try:
             words = align_words(
                 written, audio, self.codec.sample_rate, self.language, assume_speech=True
@@ -394,11 +417,19 @@ class Utterance:
         except Exception as e:  # noqa: BLE001 (timing must never break the audio)
             logger.warning(f"{self.rid}: word timing failed ({type(e).__name__}: {e})")
             return []
-        return [
-            WordTiming(w.word, round(w.start + offset_s, 4), round(w.end + offset_s, 4),
-                       w.offset + at)
-            for w in words
-        ]  # fmt: skip
+        if not words:
+            return []
+        source = self._source.text if self._source is not None else None
+        timed, at = [], 0
+        for w, span in zip(words, spans, strict=True):
+            word = w.word
+            if span is not None:
+                at = span[0]
+                word = word if source is None else source[span[0] : span[1]]
+            timed.append(
+                WordTiming(word, round(w.start + offset_s, 4), round(w.end + offset_s, 4), at)
+            )
+        return timed
 
     def _timed_words(self) -> tuple[WordTiming, ...]:
         """The words of the groups timed so far, in order (a group waits for those before)."""

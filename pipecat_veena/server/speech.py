@@ -17,6 +17,7 @@ from pipecat_veena.logs import log_failure
 from pipecat_veena.remote.protocol import ErrorCode, ProtocolError, code_for
 from pipecat_veena.remote.protocol.codes import client_message
 from pipecat_veena.resample import StreamResampler
+from pipecat_veena.text import utf16_length
 
 if TYPE_CHECKING:
     from pipecat_veena.server.state import SpeechServer
@@ -89,6 +90,7 @@ class SpeechRun:
         self.samples = 0
         self.engine_samples = 0  # at the engine's rate: where each segment's words start
         self.text_chars = 0  # of the segments spoken so far: where each one's words start
+        self.text_utf16 = 0  # the same in UTF-16 code units (WordTiming.offset_utf16)
         #: Word timings in the utterance's time and text, not yet taken (None: not asked for).
         self.words: deque[WordTiming] | None = deque() if words else None
         self.speakable = False  # some segment had something to say
@@ -112,8 +114,10 @@ class SpeechRun:
         """
         base = self.tokens
         at_s = self.engine_samples / self.server.engine.sample_rate
-        at_char = self.text_chars
+        at_char, at_utf16 = self.text_chars, self.text_utf16
         self.text_chars += len(text)
+        self.text_utf16 += utf16_length(text)
+        wide = self.text_utf16 - at_utf16 != len(text)  # (characters outside the BMP)
         self.speakable = self.speakable or self.server.speakable(text)
         stream = tracing.traced(
             self.span,
@@ -129,9 +133,12 @@ class SpeechRun:
                 self.engine_samples += chunk.num_samples
                 if self.words is not None:
                     self.words.extend(
-                        WordTiming(w.word, at_s + w.start, at_s + w.end, at_char + w.offset)
+                        WordTiming(
+                            w.word, at_s + w.start, at_s + w.end, at_char + w.offset,
+                            at_utf16 + (utf16_length(text[: w.offset]) if wide else w.offset),
+                        )
                         for w in chunk.words
-                    )
+                    )  # fmt: skip
                 pcm = self.resampler.resample(chunk.pcm)
                 if pcm:
                     self._count(pcm)

@@ -117,14 +117,16 @@ class WsUtterance:
         complete, self.pending = complete_sentences(self.pending + text)
         if complete.strip():
             self.texts.put_nowait(complete)
+        else:  # white space alone stays: later words' offsets count it
+            self.pending = complete + self.pending
 
     def flush(self) -> None:
         """Speak the buffered text now, even without a sentence end."""
         self._check_open("flush")
         self.text_at = time.monotonic()
-        if self.pending.strip():
+        if self.pending.strip():  # (white space alone stays, as in _add)
             self.texts.put_nowait(self.pending)
-        self.pending = ""
+            self.pending = ""
 
     def end(self) -> None:
         """No more text: speak the rest, then ``done``.

@@ -89,13 +89,19 @@ class GoAway:
 
 
 def word_json(word: WordTiming) -> dict[str, Any]:
-    """One word timing as JSON (the one wire form: WebSocket ``words`` and SSE events)."""
-    return {
+    """One word timing as JSON (the one wire form: WebSocket ``words`` and SSE events).
+
+    ``offset_utf16`` (for JavaScript) is there when the word has one (the server's words do).
+    """
+    data: dict[str, Any] = {
         "word": word.word,
         "start": round(word.start, _WORD_TIME_DECIMALS),
         "end": round(word.end, _WORD_TIME_DECIMALS),
         "offset": word.offset,
     }
+    if word.offset_utf16 is not None:
+        data["offset_utf16"] = word.offset_utf16
+    return data
 
 
 def word_from_json(data: Any) -> WordTiming:
@@ -109,9 +115,12 @@ def word_from_json(data: Any) -> WordTiming:
     except (TypeError, KeyError) as e:
         raise ProtocolError(ErrorCode.BAD_MESSAGE, f"not a word timing: {data!r:.200}") from e
     numbers = all(isinstance(t, int | float) and not isinstance(t, bool) for t in (start, end))
-    if not (isinstance(word, str) and numbers and isinstance(offset, int)):
+    utf16 = data.get("offset_utf16")
+    given = (offset,) if utf16 is None else (offset, utf16)
+    offsets = all(isinstance(o, int) and not isinstance(o, bool) for o in given)
+    if not (isinstance(word, str) and numbers and offsets):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, f"not a word timing: {data!r:.200}")
-    return WordTiming(word, float(start), float(end), offset)
+    return WordTiming(word, float(start), float(end), offset, utf16)
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,9 @@ class Words:
     Attributes:
         id: the utterance.
         words: ``word_json`` objects: each word as written, its start and end in seconds from
-            the utterance's first sample, its character offset in the utterance's text.
+            the utterance's first sample, its offset in the utterance's text as the client sent
+            it (``offset``: Python code points; ``offset_utf16``: UTF-16 code units, the
+            index of a JavaScript string).
         estimated: always true: the times are estimates from the generated audio.
     """
 
