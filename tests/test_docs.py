@@ -10,6 +10,7 @@ from pathlib import Path
 from pipecat_veena.engine import EngineConfig, spark_voices
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+PROTOCOL = (Path(__file__).resolve().parent.parent / "docs/protocol.md").read_text(encoding="utf-8")
 
 
 def test_every_engine_config_field_is_in_the_readme_table():
@@ -24,3 +25,18 @@ def test_voice_names_shown_in_the_readme_are_valid(tmp_path):
     assert names, "the README shows no pitch/speed voice"
     for name in names:
         book.resolve(name)  # UnknownVoiceError for a level that does not exist
+
+
+def test_the_protocol_gives_one_handshake_header_limit_the_servers():
+    """It said 128 handshake headers in one table and 100 in another; the server's settings
+    (and ``MAX_HEADER_LINE``) are what hold, on handshakes too (tests/test_http_limits.py)."""
+    from pipecat_veena.server import ServerSettings
+    from pipecat_veena.server.http_limits import MAX_HEADER_LINE
+
+    limits = ServerSettings()
+    (row,) = [line for line in PROTOCOL.splitlines() if line.startswith("| handshake headers")]
+    assert f"{limits.max_headers} header fields" in row
+    assert f"{limits.max_header_bytes} bytes" in row and f"{MAX_HEADER_LINE} bytes" in row
+    assert f"| `--max-headers` | {limits.max_headers} |" in PROTOCOL
+    assert f"| `--max-header-bytes` | {limits.max_header_bytes} |" in PROTOCOL
+    assert "128 headers" not in PROTOCOL

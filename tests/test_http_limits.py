@@ -211,6 +211,26 @@ async def test_a_long_header_line_on_a_websocket_handshake_gets_431():
         writer.close()
 
 
+@pytest.mark.parametrize("count, status", [(95, 101), (110, 431)])
+async def test_a_websocket_handshake_takes_the_documented_header_count(count, status):
+    """docs/protocol.md said 128 handshake headers in one place and 100 in another: the
+    server's ``max_headers`` (100 by default) holds for handshakes too (tests/test_docs.py
+    checks the docs quote it)."""
+    async with serving(FakeSpeechEngine()) as server:
+        reader, writer = await _raw(server.url)
+        fields = "".join(f"x-{i}: y\r\n" for i in range(count - 5))  # + the 5 below
+        writer.write(
+            b"GET /v1/audio/stream HTTP/1.1\r\nhost: test\r\nupgrade: websocket\r\n"
+            b"connection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"sec-websocket-version: 13\r\n" + fields.encode() + b"\r\n"
+        )
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
+        assert int(head.split(b" ", 2)[1]) == status, head
+        if status == 431:
+            assert b"over this server's cap of 100" in await asyncio.wait_for(reader.read(), WAIT)
+        writer.close()
+
+
 def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
