@@ -56,7 +56,17 @@ class EngineStartError(VeenaError, RuntimeError):
 
 
 class EngineDeadError(VeenaError, RuntimeError):
-    """The generation backend died; the engine cannot serve more requests."""
+    """The generation backend died under a request, or is down.
+
+    Attributes:
+        retryable: True (the default) while the engine restarts its backend: the same request
+            may succeed shortly (``VeenaEngine.wait_running``) or on another server; False once
+            the engine gave up restarting it (``VeenaEngine.state`` is "failed").
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class RemoteError(VeenaError):

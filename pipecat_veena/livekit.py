@@ -24,6 +24,7 @@ from typing import Any
 
 from livekit.agents import (
     DEFAULT_API_CONNECT_OPTIONS,
+    APIConnectionError,
     APIConnectOptions,
     APIError,
     APITimeoutError,
@@ -43,8 +44,9 @@ from pipecat_veena.resample import StreamResampler
 from pipecat_veena.text import is_speakable
 
 PROVIDER = "pipecat-veena"
-#: Errors that a retry cannot fix: bad input (unknown voice, bad sampling), a dead engine.
-_PERMANENT = (ValueError, EngineDeadError, EngineNotRunningError)
+#: Errors that a retry cannot fix: bad input (unknown voice, bad sampling), a stopped engine.
+#: An ``EngineDeadError`` says itself (``retryable``: the engine restarts its LLM backend).
+_PERMANENT = (ValueError, EngineNotRunningError)
 #: LiveKit 1.7 and later retry ``synthesize()`` after partial audio (a fresh request id marks
 #: that audio stale); earlier versions, like ``stream()`` in every version, only before it.
 CHUNKED_RETRIES_AFTER_AUDIO = tuple(int(x) for x in _LIVEKIT_VERSION.split(".")[:2]) >= (1, 7)
@@ -316,7 +318,9 @@ class _Attempt:
         self.seconds = 0.0  # audio of this attempt so far (word times are counted from its start)
 
     def _retryable(self, error: Exception) -> bool:
-        return not isinstance(error, _PERMANENT) and (self.retry_after_audio or not self.pushed)
+        if isinstance(error, _PERMANENT) or not getattr(error, "retryable", True):
+            return False
+        return self.retry_after_audio or not self.pushed
 
     async def speak(self, text: str) -> None:
         """Push the engine's audio for ``text``; engine errors become LiveKit ``APIError``s.
@@ -364,6 +368,10 @@ class _Attempt:
                 f"{self.tts.label}: no audio within {self.timeout} s ({waited}) for "
                 f"{caller_text(text)}: the engine stalled",
                 retryable=self._retryable(e),
+            ) from e
+        except EngineDeadError as e:  # the backend died; it restarts (retryable) or is gone
+            raise APIConnectionError(
+                f"{self.tts.label}: EngineDeadError: {e}", retryable=self._retryable(e)
             ) from e
         except Exception as e:
             raise APIError(

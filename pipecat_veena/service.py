@@ -333,7 +333,14 @@ class VeenaTTSService(TTSService):
             if tail:
                 timeline.add(len(tail) / (2 * self.sample_rate))
                 yield TTSAudioRawFrame(tail, self.sample_rate, 1, context_id=context_id)
-        except (EngineDeadError, EngineNotRunningError) as e:
+        except EngineDeadError as e:
+            if not e.retryable:  # the engine gave up restarting its backend
+                await self._report_dead(e)
+                return
+            # the engine restarts its backend: this sentence is lost, the next turns speak
+            logger.warning(f"{self}: {e}")
+            yield ErrorFrame(error=f"{self}: {e}", exception=e)
+        except EngineNotRunningError as e:
             await self._report_dead(e)
         except VeenaError as e:
             logger.warning(f"{self}: {e}")

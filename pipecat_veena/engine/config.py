@@ -56,6 +56,14 @@ class EngineConfig:
         log_text: show callers' text (its first 60 characters) in log lines, trace spans and
             error messages; off, only its length and a short hash (``logs.caller_text``).
         generator_kwargs: further VllmGenerator arguments (dtype, kv_cache_memory_bytes, ...).
+        restart_attempts: when the LLM backend dies under a started engine (its vLLM process
+            killed: a GPU fault, the OOM killer), how many times to start a new one before the
+            engine gives up (``VeenaEngine.state`` "failed"); 0: never (a host that replaces
+            the whole process, as Ray Serve does, restarts it instead). The codec and the
+            voices stay loaded: only the LLM restarts.
+        restart_backoff_s: the wait before the first restart attempt, doubling for each next
+            one (each wait jittered between half and all of it, so replicas that died together
+            do not restart in step).
     """
 
     checkpoint: Path
@@ -79,3 +87,11 @@ class EngineConfig:
     log_requests: bool = False
     log_text: bool = False
     generator_kwargs: dict[str, Any] = field(default_factory=dict)
+    restart_attempts: int = 3
+    restart_backoff_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.restart_attempts < 0:
+            raise ValueError(f"restart_attempts must be >= 0, got {self.restart_attempts}")
+        if not self.restart_backoff_s >= 0:
+            raise ValueError(f"restart_backoff_s must be >= 0, got {self.restart_backoff_s}")

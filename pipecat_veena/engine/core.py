@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -44,6 +45,7 @@ from pipecat_veena.logs import caller_text
 from pipecat_veena.normalize import LANGUAGES, Lexicon, sentence_language
 from pipecat_veena.normalize import normalize as normalize_text
 from pipecat_veena.streaming import StreamConfig
+from pipecat_veena.tasks import cancel_and_wait
 from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, Part, split_parts
 
 if TYPE_CHECKING:
@@ -63,6 +65,11 @@ _SAMPLING_KEYS = {f.name for f in fields(SamplingOptions)} - {
 INLINE_TEXT_CHARS = 256
 #: How often, at most, the engine looks whether its voices file changed (one ``stat``).
 VOICES_POLL_S = 1.0
+#: How often a running engine looks whether its LLM backend is still alive (a request that
+#: meets the dead backend says so at once; this finds a death while no request runs).
+WATCH_S = 0.25
+#: The longest wait between two restart attempts, whatever ``restart_backoff_s`` doubles to.
+RESTART_BACKOFF_MAX_S = 60.0
 
 
 class VeenaEngine:
@@ -104,6 +111,14 @@ class VeenaEngine:
         self._encoder_lock = asyncio.Lock()
         self._voices_seen: tuple[int, int] | None = None  # the voices file's (mtime_ns, size)
         self._voices_polled = 0.0
+        # the supervisor: see ``state``
+        self._state = "stopped"
+        self._llm_dir: Path | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._restarting: asyncio.Task[None] | None = None
+        self._settled = asyncio.Event()  # set while the state is not "restarting"
+        self._settled.set()
+        self.restarts = 0
 
     def __str__(self) -> str:
         return f"VeenaEngine({Path(self.config.checkpoint).name})"
@@ -117,6 +132,8 @@ class VeenaEngine:
         releases everything it started before raising; ``start()`` may then be called again,
         as it may after ``shutdown()``.
         """
+        if self._state == "failed":  # the restarts ran out: start afresh
+            await self._release()
         if self._running:
             return
         if self._starting is None or self._starting.done():
@@ -127,6 +144,7 @@ class VeenaEngine:
         from pipecat_veena.streaming.batching import DecodeBatcher
 
         cfg = self.config
+        self._state = "starting"
         try:
             # Everything that blocks (file reads, model loads) runs on worker threads, so that the
             # loop keeps serving while the engine starts (a server's /health answers).
@@ -142,16 +160,9 @@ class VeenaEngine:
             if cfg.voices_file is not None:
                 self._start_voices_file(Path(cfg.voices_file))
             self._stream_config = await self._stream_settings()
+            self._llm_dir = layout.llm_dir
             if self._generator is None:
-                from pipecat_veena.generation.vllm_local import VllmGenerator
-
-                self._generator = VllmGenerator(
-                    layout.llm_dir,
-                    max_model_len=cfg.max_model_len,
-                    max_num_seqs=cfg.max_num_seqs,
-                    adapters=self._format.voices.adapters,
-                    **cfg.generator_kwargs,
-                )
+                self._generator = self._new_generator()
             await self._generator.start()
             self._batcher = DecodeBatcher(
                 self._codec, max_batch=cfg.decode_max_batch, max_wait_ms=cfg.decode_max_wait_ms
@@ -166,6 +177,8 @@ class VeenaEngine:
             )
             self._loop = asyncio.get_running_loop()
             self._running = True
+            self._state = "running"
+            self._watcher = asyncio.ensure_future(self._watch())
             logger.debug(f"{self}: started ({layout.family}, {self._codec.sample_rate} Hz)")
             if cfg.warmup:
                 # A fixed seed: every replica of a checkpoint pins the same default voice.
@@ -175,6 +188,102 @@ class VeenaEngine:
             logger.error(f"{self}: start failed ({type(e).__name__}: {e}); releasing what started")
             await self._release()
             raise
+
+    def _new_generator(self) -> TokenGenerator:
+        """A fresh vLLM generator for the checkpoint's LLM (a vLLM engine is one-shot)."""
+        from pipecat_veena.generation.vllm_local import VllmGenerator
+
+        cfg = self.config
+        return VllmGenerator(
+            self._llm_dir,
+            max_model_len=cfg.max_model_len,
+            max_num_seqs=cfg.max_num_seqs,
+            adapters=self._require_format().voices.adapters,
+            **cfg.generator_kwargs,
+        )
+
+    # -- the supervisor --------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """Where the engine stands: its supervisor's state.
+
+        "stopped" (not started, or shut down), "starting", "running", "restarting" (its LLM
+        backend died; a new one is starting, requests get a retryable ``EngineDeadError``
+        meanwhile) or "failed" (the restarts ran out, see ``EngineConfig.restart_attempts``;
+        requests get a non-retryable ``EngineDeadError``; ``start()`` starts afresh).
+        """
+        return self._state
+
+    async def wait_running(self) -> bool:
+        """Wait while the engine restarts its backend; True when it runs, else False."""
+        await self._settled.wait()
+        return self.is_running
+
+    async def _watch(self) -> None:
+        """Find the backend's death while the engine runs (between requests too)."""
+        while self._state == "running":
+            generator = self._generator
+            if generator is not None and not generator.is_running:
+                self._backend_died()
+                return
+            await asyncio.sleep(WATCH_S)
+
+    def _backend_died(self) -> None:
+        """The LLM backend died: fail what is in flight and restart it (once per death)."""
+        if self._state != "running":
+            return
+        self._state = "restarting"
+        self._settled.clear()
+        self._restarting = asyncio.ensure_future(self._restart())
+
+    async def _restart(self) -> None:
+        cfg = self.config
+        died = time.monotonic()
+        error = EngineDeadError(
+            f"{self}: the LLM backend died under this utterance; the engine is restarting it: "
+            "retry shortly (or on another replica)"
+        )
+        for request in list(self._inflight.values()):
+            await request.abort(error)
+        dead, self._generator = self._generator, None
+        if dead is not None and self._owns_generator:
+            await dead.shutdown()  # ends (and reaps) what is left of its processes
+        attempts = cfg.restart_attempts if self._owns_generator else 0
+        if not self._owns_generator:
+            logger.error(f"{self}: the LLM backend it was given died; its owner must restart it")
+        for attempt in range(1, attempts + 1):
+            delay = min(cfg.restart_backoff_s * 2 ** (attempt - 1), RESTART_BACKOFF_MAX_S)
+            delay *= random.uniform(0.5, 1.0)
+            logger.warning(
+                f"{self}: the LLM backend died; restart {attempt} of {attempts} in {delay:.1f} s"
+            )
+            await asyncio.sleep(delay)
+            generator = self._new_generator()
+            try:
+                await generator.start()
+            except BaseException as e:
+                await generator.shutdown()
+                if not isinstance(e, Exception):
+                    raise
+                logger.error(f"{self}: restart {attempt} of {attempts} failed: {e}")
+                continue
+            self._generator = generator
+            self._parts = replace(self._parts, generator=generator)
+            self._state = "running"
+            self.restarts += 1
+            self._settled.set()
+            self._watcher = asyncio.ensure_future(self._watch())
+            logger.info(
+                f"{self}: the LLM backend is back {time.monotonic() - died:.1f} s after it died "
+                f"(restart {attempt} of {attempts})"
+            )
+            return
+        self._state = "failed"
+        self._settled.set()
+        logger.error(
+            f"{self}: the LLM backend died and {attempts} restart(s) did not bring it back; "
+            "the engine cannot serve (EngineConfig.restart_attempts)"
+        )
 
     async def _stream_settings(self) -> StreamConfig:
         cfg = self.config
@@ -199,6 +308,8 @@ class VeenaEngine:
         their LLM requests aborted. ``start()`` may be called again afterwards.
         """
         self._running = False
+        await cancel_and_wait(*(t for t in (self._watcher, self._restarting) if t is not None))
+        self._watcher = self._restarting = None
         error = EngineNotRunningError(
             f"{self} shut down while this utterance was in flight: start the engine again "
             "(or use another one) for new requests"
@@ -211,6 +322,8 @@ class VeenaEngine:
     async def _release(self) -> None:
         """Close the batcher and the owned generator (safe on a half-built engine)."""
         self._running = False
+        self._state = "stopped"
+        self._settled.set()
         batcher, self._batcher = getattr(self, "_batcher", None), None
         if batcher is not None:
             await batcher.close()
@@ -574,8 +687,20 @@ class VeenaEngine:
                 f"{self} was started in another event loop; vLLM engines are bound to their "
                 "loop: start the engine in the loop that serves the calls"
             )
+        if self._state == "restarting":
+            raise EngineDeadError(
+                f"{self}: the LLM backend died and is restarting; retry shortly (or on another "
+                "replica)"
+            )
+        if self._state == "failed":
+            raise EngineDeadError(
+                f"{self}: the LLM backend died and could not be restarted; the engine cannot "
+                "serve (shut it down and start it again, or use another one)",
+                retryable=False,
+            )
         if not self._generator.is_running:
-            raise EngineDeadError(f"{self}: the LLM backend is not running (it died or stopped)")
+            self._backend_died()
+            raise EngineDeadError(f"{self}: the LLM backend died; the engine is restarting it")
 
     def sampling(self, **overrides: Any) -> SamplingOptions:
         """The family's default sampling with ``overrides`` (None values are ignored).
@@ -662,6 +787,10 @@ class VeenaEngine:
             async with aclosing(request.run(parts)) as chunks:
                 async for chunk in chunks:
                     yield chunk
+        except EngineDeadError as e:
+            failure = e
+            self._backend_died()  # (the watcher may not have seen it yet)
+            raise
         except BaseException as e:
             failure = e
             raise

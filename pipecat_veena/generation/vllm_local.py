@@ -423,7 +423,7 @@ class VllmGenerator(TokenGenerator):
 
     async def abort(self, request_id: str) -> None:
         """Abort one request; a no-op when it already finished or the engine is gone."""
-        if self._llm is not None and not self._closed:
+        if self._llm is not None and not self._closed and not self._llm.errored:
             await self._llm.abort(request_id)
 
     def num_unfinished(self) -> int:

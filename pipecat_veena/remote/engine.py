@@ -61,9 +61,10 @@ from pipecat_veena.remote.protocol import (
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:\-]")
 #: Longest prefix of a caller's request id kept in utterance ids (ids are at most 64 chars).
 _ID_PREFIX = 40
-#: Failures that mean "this server takes nothing new", not "this request failed": the utterance
-#: had not started, so it goes to a new connection (another server) without using its retry.
-_HANDOVER = frozenset({ErrorCode.SERVER_DRAINING, NOT_SENT})
+#: Failures that mean "this server takes nothing new" (draining, or its engine is down), not
+#: "this request failed": the utterance had not started, so it goes to a new connection (through
+#: the same URL: another server, or this one once its engine is back) without using its retry.
+_HANDOVER = frozenset({ErrorCode.SERVER_DRAINING, ErrorCode.ENGINE_UNAVAILABLE, NOT_SENT})
 
 
 def stream_url(url: str) -> str:

@@ -5,9 +5,11 @@ a writer task sends queued messages in order (so closing a stream can queue its 
 without waiting). When the connection drops, every open utterance on it fails at once and,
 unless the server closed it normally (idle), a background task redials with jittered backoff.
 
-A draining server says ``goaway`` (or refuses a ``speak`` with ``server_draining``): the link
-then leaves that connection to finish its utterances in flight and dials a new one at once
-(through the same URL, a load balancer or proxy routes it to another server) for the next.
+A draining server says ``goaway`` (or refuses a ``speak`` with ``server_draining``), and a
+server whose engine died says ``engine_unavailable`` (it restarts its engine, or exits): the
+link then leaves that connection to finish its utterances in flight (and closes it once they
+ended) and dials a new one at once, through the same URL (a load balancer or proxy routes it to
+another server; a lone server answers again once its engine is back), for the next.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ GOING_AWAY_CODES = frozenset({CLOSE_GOING_AWAY, 1001})
 #: The code of a ``ServerUnavailableError`` for an utterance that never reached a server (its
 #: connection was leaving): like ``server_draining``, safe to send again anywhere.
 NOT_SENT = "not_sent"
+#: Error codes that make the link leave its connection and dial again: the server behind it
+#: takes nothing new (draining), or has no engine for now (dead, restarting).
+LEAVE_CODES = frozenset({ErrorCode.SERVER_DRAINING, ErrorCode.ENGINE_UNAVAILABLE})
 
 
 def jittered(delay: float) -> float:
@@ -257,9 +262,9 @@ class Link:
 
     def _on_message(self, conn: _Conn, message: ServerMessage | None) -> None:
         if isinstance(message, GoAway) or (
-            isinstance(message, Error) and message.code == ErrorCode.SERVER_DRAINING
+            isinstance(message, Error) and message.code in LEAVE_CODES
         ):
-            self._leave(conn)  # (an error too: a server of before goaway says only that)
+            self._leave(conn, message.code)  # (an error too: a server before goaway says only that)
         if isinstance(message, Words):
             pending = self.pending.get(message.id)
             if pending is not None:
@@ -272,6 +277,8 @@ class Link:
             pending = self.pending.pop(message.id, None)
             if pending is not None:
                 pending.finish(error_for(message.code, message.message))
+        if conn.leaving and isinstance(message, Done | Error):
+            self._close_if_idle(conn)
         elif isinstance(message, Error):
             logger.bind(request_id=message.id).warning(
                 f"{self.shown}: {message.code}: {message.message}"
@@ -279,17 +286,25 @@ class Link:
         elif message is None:
             logger.debug(f"{self.shown} sent a message type this client does not know; ignored")
 
-    def _leave(self, conn: _Conn) -> None:
-        """The server behind ``conn`` drains: new utterances go to a new connection, dialed now."""
+    def _leave(self, conn: _Conn, code: str) -> None:
+        """The server behind ``conn`` takes nothing new: the next utterances go to a new one."""
         if conn.leaving:
             return
         conn.leaving = True
         if self._conn is conn:
             self._conn = None
             self._leaving.add(conn)
-            logger.info(f"{self.shown}: the server is draining; connecting again for what follows")
+            why = "has no engine for now" if code == ErrorCode.ENGINE_UNAVAILABLE else "drains"
+            logger.info(f"{self.shown}: the server {why}; connecting again for what follows")
             if not self.closed:
                 self._spawn(self._redial())
+        if code == ErrorCode.ENGINE_UNAVAILABLE:  # (a draining server closes it itself)
+            self._close_if_idle(conn)
+
+    def _close_if_idle(self, conn: _Conn) -> None:
+        """Close a connection the link left once no utterance runs on it any more."""
+        if conn.leaving and not any(p.conn is conn for p in self.pending.values()):
+            self._spawn(conn.ws.close())
 
     def _dropped(self, conn: _Conn) -> None:
         ws = conn.ws

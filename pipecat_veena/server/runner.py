@@ -160,7 +160,9 @@ async def serve_until_signalled(handle: ServerHandle, *, on_ready: Any = None) -
 
     The first signal drains (``/ready`` 503, new streams refused, in-flight ones get
     ``drain_timeout_s`` to finish, then are cancelled), then the engine shuts down. A second
-    signal cancels what is left at once. Exit status 1 when the engine failed to start.
+    signal cancels what is left at once (each utterance still gets its ended error, then its
+    connection closes). Exit status 1 when the engine failed to start, or died and could not
+    be restarted (``/health`` 503: ``EngineConfig.restart_attempts`` ran out).
     """
     loop = asyncio.get_running_loop()
     signals: asyncio.Queue[int] = asyncio.Queue()
@@ -183,7 +185,14 @@ async def serve_until_signalled(handle: ServerHandle, *, on_ready: Any = None) -
         listen()
         if on_ready is not None:
             on_ready()
-        await asyncio.wait({first_signal, handle.task}, return_when=asyncio.FIRST_COMPLETED)
+        dead = asyncio.ensure_future(state.wait_dead())
+        await asyncio.wait(
+            {first_signal, handle.task, dead}, return_when=asyncio.FIRST_COMPLETED
+        )
+        if dead.done() and not first_signal.done():
+            logger.error(f"speech server: {dead.result()}; exiting with status 1")
+            status = 1
+        await cancel_and_wait(dead)
     elif started.done():
         status = 1
     if first_signal.done():
@@ -193,9 +202,11 @@ async def serve_until_signalled(handle: ServerHandle, *, on_ready: Any = None) -
     await asyncio.wait({stopping, second_signal}, return_when=asyncio.FIRST_COMPLETED)
     if not stopping.done():
         logger.warning("speech server: second signal: cancelling what is left")
-        state.begin_drain()
-        handle.force_exit()
+        # cancel first: each utterance's ended error is queued, and each connection sends it
+        # and closes (bounded); uvicorn's forced exit would otherwise cut connections with
+        # those errors still unsent
         await state.drain(deadline_s=0.001)
+        handle.force_exit()
         await stopping
     await cancel_and_wait(started, first_signal, second_signal)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -209,12 +209,27 @@ class SpeechServer:
 
     # -- health ----------------------------------------------------------------------------
     def liveness(self) -> str | None:
-        """Why this server is dead (None: alive): its engine failed to start, or stopped."""
+        """Why this server is dead (None: alive): its engine failed to start, or stopped.
+
+        An engine restarting its LLM backend (``VeenaEngine.state`` "restarting") is alive: a
+        liveness probe must not kill a pod that is recovering (``/ready`` says 503 meanwhile).
+        """
         if self.failed is not None:
             return START_FAILED
-        if self.ready and not self.engine.is_running:
+        if self.ready and not self.engine.is_running and not self.restarting:
             return "the engine stopped"
         return None
+
+    @property
+    def restarting(self) -> bool:
+        """True while the engine restarts its dead LLM backend (an in-process ``VeenaEngine``)."""
+        return getattr(self.engine, "state", None) == "restarting"
+
+    async def wait_dead(self, poll_s: float = 0.5) -> str:
+        """Return why, once this server is dead (``liveness``); ``serve`` then exits 1."""
+        while (problem := self.liveness()) is None:  # noqa: ASYNC110 (any engine: polled)
+            await asyncio.sleep(poll_s)
+        return problem
 
     # -- per request -----------------------------------------------------------------------
     def availability(self) -> ProtocolError | None:
@@ -231,6 +246,12 @@ class SpeechServer:
                 ErrorCode.SERVER_STARTING, "the engine is still loading; retry once /ready is 200"
             )
         if not self.engine.is_running:
+            if self.restarting:
+                return ProtocolError(
+                    ErrorCode.ENGINE_UNAVAILABLE,
+                    "the engine is restarting after its LLM backend died; retry in a few "
+                    "seconds or on another server",
+                )
             return ProtocolError(
                 ErrorCode.ENGINE_UNAVAILABLE, "the engine stopped; the server needs a restart"
             )
