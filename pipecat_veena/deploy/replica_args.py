@@ -93,4 +93,7 @@ class ReplicaArgs(BaseModel):
         else:
             checkpoint = Path(self.model)
         detect_layout(checkpoint)
-        return EngineConfig(checkpoint=checkpoint, device=self.device, **self.engine)
+        # Serve replaces a replica whose engine died (check_health): no restart in place, by
+        # default (an ``engine`` of {"restart_attempts": 3} restarts it in the replica instead)
+        settings = {"restart_attempts": 0, **self.engine}
+        return EngineConfig(checkpoint=checkpoint, device=self.device, **settings)
