@@ -1,0 +1,333 @@
+"""Cartesia's stock clients, unchanged, against a real server on the real engine (vLLM CPU).
+
+Pipecat's own ``CartesiaTTSService`` and LiveKit's ``livekit-plugins-cartesia`` ``cartesia.TTS``
+are pointed at ``/tts/websocket`` (and ``/tts/bytes``) with nothing but the URL and the key
+changed: every word of a Hindi + English answer with numbers reported as the caller wrote it,
+the audio as long as the tokens the engine generated say, barge-in and a dropped socket
+leaving no engine work, a bad key and an unknown voice each on the client's own error path,
+8000 Hz for telephony. The hostile inputs of issue 38 go at the same server over a raw socket.
+One module-scoped server over one engine that shares the session's vLLM engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from contextlib import asynccontextmanager
+
+import aiohttp
+import psutil
+import pytest
+import pytest_asyncio
+import websockets
+from pipecat.frames.frames import (
+    ErrorFrame,
+    InterruptionFrame,
+    TTSAudioRawFrame,
+    TTSSpeakFrame,
+    TTSTextFrame,
+)
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.services.cartesia.tts import CartesiaTTSService
+from pipecat.tests.utils import SleepFrame, run_test
+from recording import RecordingGenerator
+
+from pipecat_veena.engine import EngineConfig, VeenaEngine
+from pipecat_veena.server import ServerHandle, create_app
+from pipecat_veena.server.settings import ServerSettings
+from pipecat_veena.timing import split_words
+
+pytestmark = pytest.mark.vllm
+
+KEY = "cartesia-dropin-test-key"
+#: A Hindi + English answer with numbers; "₹1,250" and "है।" stay one word each.
+TEXT = "Hello there, your OTP is 4821. आपका बिल ₹1,250 है। Please pay by Monday, thank you."
+WORDS = [TEXT[a:b] for a, b in split_words(TEXT)]
+LONG = "This answer keeps going on and on, so that generation takes a good while. " * 3
+
+
+@pytest_asyncio.fixture(scope="module")
+async def real(spark_tiny_checkpoint, spark_generator):
+    """(engine, recorder, server): one real engine behind one keyed server on a free port."""
+    recorder = RecordingGenerator(spark_generator)
+    config = EngineConfig(checkpoint=spark_tiny_checkpoint, warmup=False, max_model_len=2048)
+    engine = VeenaEngine(config, generator=recorder)
+    await engine.start()
+    settings = ServerSettings(api_keys={KEY: "team"})
+    handle = await ServerHandle(create_app(engine, settings, owns_engine=False)).start()
+    try:
+        await handle.state.wait_started()
+        yield engine, recorder, handle
+    finally:
+        await handle.stop()
+        await engine.shutdown()
+
+
+def _native_samples(engine: VeenaEngine, recorder: RecordingGenerator, rids) -> int:
+    """Samples the codec makes from the semantic tokens of the given engine requests."""
+    ids = engine._format.ids
+    semantics = sum(
+        1
+        for rid in rids
+        for t in recorder.outputs[rid]
+        if 0 <= t - ids.semantic_base < ids.num_semantic_codes
+    )
+    return semantics * engine._codec.samples_per_frame
+
+
+async def _idle_after(engine: VeenaEngine, server: ServerHandle, limit_s: float = 10.0) -> float:
+    """Seconds until nothing is in flight in vLLM or on the server (fails past ``limit_s``)."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit_s:
+        if not engine.stats()["unfinished_requests"] and not server.state.slots.active:
+            return time.monotonic() - start
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"still in flight: {engine.stats()}, {server.state.slots.active}")
+
+
+def _ws_url(server: ServerHandle) -> str:
+    return f"ws://{server.host}:{server.port}/tts/websocket"
+
+
+def _pipecat(server: ServerHandle, voice: str = "female", key: str = KEY) -> CartesiaTTSService:
+    return CartesiaTTSService(
+        api_key=key, url=_ws_url(server), settings=CartesiaTTSService.Settings(voice=voice)
+    )
+
+
+# -- Pipecat's CartesiaTTSService -----------------------------------------------------------
+async def test_pipecat_speaks_every_word_as_written(real):
+    """A Hindi + English answer with numbers: every word back as written, in order (so the
+    assistant context holds the caller's text), the audio as long as its tokens say."""
+    engine, recorder, server = real
+    before = set(recorder.outputs)
+    down, up = await run_test(
+        _pipecat(server),
+        frames_to_send=[TTSSpeakFrame(TEXT)],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    said = [f.text.strip() for f in down if isinstance(f, TTSTextFrame)]
+    assert said == WORDS and " ".join(said) == " ".join(TEXT.split())
+    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    native = _native_samples(engine, recorder, set(recorder.outputs) - before)
+    assert sum(len(f.audio) for f in audio) // 2 == native > 0
+    await _idle_after(engine, server)
+
+
+async def test_pipecat_barge_in_leaves_no_engine_work(real):
+    """An interruption mid-answer: Pipecat sends ``cancel``; the engine is idle right after,
+    and the next answer plays."""
+    engine, recorder, server = real
+    down, up = await run_test(
+        _pipecat(server),
+        frames_to_send=[
+            TTSSpeakFrame(LONG),
+            SleepFrame(0.8),
+            InterruptionFrame(),
+            SleepFrame(0.3),
+            TTSSpeakFrame("After the interruption."),
+        ],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    last = max(i for i, f in enumerate(down) if isinstance(f, InterruptionFrame))
+    assert [f for f in down[last:] if isinstance(f, TTSAudioRawFrame)]
+    await _idle_after(engine, server)
+
+
+async def test_pipecat_bad_key_and_unknown_voice_take_its_error_path(real):
+    engine, _, server = real
+    _, up = await run_test(
+        _pipecat(server, key="not-the-key"),
+        frames_to_send=[TTSSpeakFrame("Nobody hears this.")],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    errors = [f.error for f in up if isinstance(f, ErrorFrame)]
+    assert errors and any("401" in e for e in errors), errors
+    down, up = await run_test(
+        _pipecat(server, voice="no-such-voice"),
+        frames_to_send=[TTSSpeakFrame("Nobody hears this either.")],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    errors = [f.error for f in up if isinstance(f, ErrorFrame)]
+    assert any("unknown_voice" in e for e in errors), errors
+    assert not [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    await _idle_after(engine, server)
+
+
+# -- LiveKit's cartesia.TTS -----------------------------------------------------------------
+@asynccontextmanager
+async def _livekit(server: ServerHandle, **kwargs):
+    from livekit.plugins import cartesia
+
+    async with aiohttp.ClientSession() as session:
+        tts = cartesia.TTS(
+            api_key=kwargs.pop("api_key", KEY), base_url=server.url, http_session=session,
+            **{"voice": "female", **kwargs},
+        )  # fmt: skip
+        try:
+            yield tts
+        finally:
+            await tts.aclose()
+
+
+async def test_livekit_streams_words_at_8000_hz(real):
+    """LiveKit's stream at 8 kHz (telephony): every word matched to the text it sent, the
+    audio half the engine's 16 kHz samples."""
+    from livekit.agents import APIConnectOptions
+    from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
+
+    engine, recorder, server = real
+    before = set(recorder.outputs)
+    async with _livekit(server, sample_rate=8000) as tts:
+        async with tts.stream(conn_options=APIConnectOptions(timeout=120)) as stream:
+            stream.push_text(TEXT)
+            stream.end_input()
+            events = [ev async for ev in stream]
+    frames = [ev.frame for ev in events]
+    assert {f.sample_rate for f in frames} == {8000}
+    samples = sum(f.samples_per_channel for f in frames)
+    native = _native_samples(engine, recorder, set(recorder.outputs) - before)
+    assert native > 0 and abs(samples - native // 2) <= 2 + 80  # (+ its 10 ms closing frame)
+    timed = [w for f in frames for w in f.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])]
+    assert [str(w).strip() for w in timed] == WORDS
+    assert "".join(str(w) for w in timed).strip() == TEXT  # sent.find() found every word
+    await _idle_after(engine, server)
+
+
+async def test_livekit_dropped_socket_aborts_its_contexts(real):
+    """LiveKit never sends ``cancel``: it abandons the stream and closes the pooled socket.
+    Three speculative syntheses, dropped after the first audio: nothing is left running."""
+    from livekit.agents import APIConnectOptions
+
+    engine, _, server = real
+    async with _livekit(server) as tts:
+        streams = [tts.stream(conn_options=APIConnectOptions(timeout=120)) for _ in range(3)]
+        for stream in streams:
+            stream.push_text(LONG)
+            stream.end_input()
+        await asyncio.wait_for(anext(aiter(streams[0])), 120)
+        assert engine.stats()["unfinished_requests"] > 0
+        for stream in streams:
+            await stream.aclose()
+    idle_s = await _idle_after(engine, server)
+    print(f"engine idle {idle_s * 1000:.0f} ms after LiveKit closed its sockets")
+
+
+async def test_livekit_bad_key_unknown_voice_and_bytes(real):
+    from livekit.agents import APIConnectOptions, APIError, APIStatusError
+
+    engine, recorder, server = real
+    once = APIConnectOptions(max_retry=0, timeout=60)
+    async with _livekit(server, api_key="not-the-key") as tts:
+        with pytest.raises(APIStatusError) as refused:
+            async with tts.stream(conn_options=once) as stream:
+                stream.push_text("Nobody hears this.")
+                stream.end_input()
+                [ev async for ev in stream]
+        assert refused.value.status_code == 401
+    async with _livekit(server, voice="no-such-voice") as tts:
+        with pytest.raises(APIError, match="unknown_voice"):
+            async with tts.stream(conn_options=once) as stream:
+                stream.push_text("Nobody hears this either.")
+                stream.end_input()
+                [ev async for ev in stream]
+    before = set(recorder.outputs)
+    async with _livekit(server, sample_rate=8000) as tts:  # synthesize(): POST /tts/bytes
+        frame = await tts.synthesize("Pay ₹1,499 by Monday.", conn_options=once).collect()
+    native = _native_samples(engine, recorder, set(recorder.outputs) - before)
+    assert frame.sample_rate == 8000 and native > 0
+    assert abs(frame.samples_per_channel - native // 2) <= 2 + 80
+    await _idle_after(engine, server)
+
+
+# -- hostile input over a raw socket --------------------------------------------------------
+def _generate(context_id: str, transcript: str, more: bool = True, **extra) -> str:
+    return json.dumps(
+        {"context_id": context_id, "transcript": transcript, "continue": more,
+         "voice": {"mode": "id", "id": "female"},
+         "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 16000},
+         **extra}
+    )  # fmt: skip
+
+
+async def _until(ws, pred, limit_s: float = 30.0) -> dict:
+    async with asyncio.timeout(limit_s):
+        while True:
+            msg = json.loads(await ws.recv())
+            if pred(msg):
+                return msg
+
+
+async def test_hostile_input_gets_documented_errors_and_holds_no_slot(real):
+    engine, _, server = real
+    me = psutil.Process()
+    rss = me.memory_info().rss
+    headers = {"X-API-Key": KEY}
+    async with websockets.connect(_ws_url(server), additional_headers=headers) as ws:
+        # malformed JSON: an error, the socket carries on
+        await ws.send("{not json")
+        msg = await _until(ws, lambda m: True)
+        assert (msg["type"], msg["error_code"], msg["context_id"]) == ("error", "bad_json", None)
+        # 10,000 contexts opened and never finished: max_open_utterances, the rest refused
+        start = time.monotonic()
+        for i in range(10_000):
+            await ws.send(_generate(f"c{i}", "waiting for more", max_buffer_delay_ms=5000))
+        cap = server.state.settings.max_open_utterances
+        kept = {f"c{i}" for i in range(cap)}
+        refused = 0
+        async with asyncio.timeout(60):
+            while refused < 10_000 - cap:
+                msg = json.loads(await ws.recv())
+                if msg["context_id"] in kept:
+                    continue  # (their text may start speaking after 5 s)
+                assert msg["type"] == "error" and msg["error_code"] == "too_many_open_utterances"
+                refused += 1
+        flood_s = time.monotonic() - start
+        assert server.state.slots.active == cap
+        # a context reused after it was ended, while it still speaks
+        for i in range(cap):
+            await ws.send(json.dumps({"context_id": f"c{i}", "cancel": True}))
+        await _idle_after(engine, server)
+        await ws.send(_generate("r", "One sentence that takes a moment to say. ", more=False))
+        await ws.send(_generate("r", "More text for an ended context."))
+        msg = await _until(ws, lambda m: m["type"] == "error")
+        assert (msg["error_code"], msg["context_id"]) == ("duplicate_id", "r")
+        await _until(ws, lambda m: m["type"] == "done" and m["context_id"] == "r", 120)
+        # a transcript of 1 MB: in one message, and in pieces of one context
+        await ws.send(_generate("big", "x" * 1_000_000))
+        msg = await _until(ws, lambda m: m["type"] == "error")
+        assert msg["error_code"] == "message_too_large"
+        piece = "word " * 10_000
+        for _ in range(20):
+            await ws.send(_generate("big", piece))
+        msg = await _until(ws, lambda m: m["type"] == "error" and m["context_id"] == "big")
+        assert msg["error_code"] == "text_too_long"
+    await _idle_after(engine, server)
+    grown_mb = (me.memory_info().rss - rss) / 2**20
+    print(f"10,000 contexts refused in {flood_s:.2f} s; RSS grew {grown_mb:.1f} MiB")
+    assert server.state.slots.active == 0
+
+
+async def test_a_never_finished_context_times_out(real):
+    """A context left open (continue: true, then nothing) ends with text_timeout and gives back
+    its slot: a second app on the same engine, with a 1 s open_utterance_timeout_s."""
+    engine, _, _ = real
+    settings = ServerSettings(api_keys={KEY: "team"}, open_utterance_timeout_s=1.0)
+    handle = await ServerHandle(create_app(engine, settings, owns_engine=False)).start()
+    try:
+        await handle.state.wait_started()
+        async with websockets.connect(
+            _ws_url(handle), additional_headers={"X-API-Key": KEY}
+        ) as ws:
+            start = time.monotonic()
+            await ws.send(_generate("open", "no sentence end, and nothing after it"))
+            msg = await _until(ws, lambda m: m["type"] == "error", 30)
+            waited = time.monotonic() - start
+            assert (msg["error_code"], msg["context_id"]) == ("text_timeout", "open")
+            assert handle.state.slots.active == 0
+            assert 1.0 <= waited < 10.0
+    finally:
+        await handle.stop()
