@@ -98,11 +98,14 @@ def sdp(port: int) -> bytes:
     ).encode()
 
 
-def rate_change_mp3(seconds: float = 4.0) -> bytes:
-    """An MP3 at 44.1 kHz whose frames switch to 22.05 kHz half way (a valid MPEG stream)."""
-    first = _encode(_noise(seconds, 44100), 44100, "mp3", "libmp3lame")
-    second = _encode(_noise(seconds, 22050), 22050, "mp3", "libmp3lame")
-    return first + _frames_only(second)
+def rate_change_mp3(seconds: float = 4.0, clip: np.ndarray | None = None) -> bytes:
+    """An MP3 at 44.1 kHz whose frames switch to 22.05 kHz half way (a valid MPEG stream):
+    ``seconds`` of noise each half, or ``clip`` (44.1 kHz) then ``clip`` again at 22.05 kHz."""
+    first = clip if clip is not None else _noise(seconds, 44100)
+    second = first[::2] if clip is not None else _noise(seconds, 22050)
+    return _encode(first, 44100, "mp3", "libmp3lame") + _frames_only(
+        _encode(second, 22050, "mp3", "libmp3lame")
+    )
 
 
 def _frames_only(mp3: bytes) -> bytes:

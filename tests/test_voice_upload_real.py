@@ -7,11 +7,16 @@ an enrolled voice against an unpinned generated one."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import statistics
 import time
 
+import av
+import hostile_audio
 import httpx
 import openai
+import psutil
 import pytest
 import pytest_asyncio
 from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame, TTSSpeakFrame
@@ -145,3 +150,70 @@ async def _first_ready(real, tmp_path):
         await engine.enroll_voice("asha", clip, 22050)
     await _first_audio_ms(engine, "asha", 99)  # warm
     return engine, recorder, server
+
+
+def _udp_sockets() -> set[tuple]:
+    return {c.laddr for c in psutil.Process().net_connections(kind="udp")}
+
+
+async def test_hostile_uploads_are_refused_and_the_server_keeps_speaking(
+    real, tmp_path, monkeypatch
+):
+    """The review's attacks against the real server (issue 37): absurd header rates (refused
+    before any audio is decoded: the old server decoded them whole, a 6 KB FLAC cost 110 MB), a
+    tiny FLAC bomb, an SDP file (no UDP socket may open: FFmpeg's sdp demuxer bound two and held
+    the upload 20 s), a mid-stream rate change (was a 500), then WebM/Opus as a browser records
+    it with ``consent=on`` as a checkbox sends it (was a 400); speech still works."""
+    _, _, server = real
+    resamplers: list[object] = []
+    real_resampler = av.AudioResampler
+
+    def counted(*args, **kwargs):
+        resamplers.append(args or kwargs)
+        return real_resampler(*args, **kwargs)
+
+    monkeypatch.setattr(av, "AudioResampler", counted)  # one is made when decoding starts
+    rss = psutil.Process().memory_info().rss
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # free now: the SDP asks FFmpeg to listen there
+    udp_before = _udp_sockets()
+    async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
+
+        async def upload(data: bytes, name: str = "hostile", **fields) -> httpx.Response:
+            files = {"file": (f"{name}.bin", data)}
+            return await http.post(VOICES, files=files, data={"name": name, "consent": "true",
+                                                              **fields})  # fmt: skip
+
+        for data, words in [
+            (hostile_audio.vorbis_claiming_rate(), "sample rate (2000000000 Hz)"),
+            (hostile_audio.flac_bomb(), "sample rate (655350 Hz)"),
+        ]:
+            answer = await upload(data)
+            assert answer.status_code == 422, answer.text
+            assert answer.json()["error"]["code"] == "bad_voice_clip"
+            assert words in answer.json()["error"]["message"]
+        assert resamplers == [], "the refused clips' audio was decoded"
+
+        sdp = asyncio.ensure_future(upload(hostile_audio.sdp(port)))
+        opened: set[tuple] = set()
+        while not sdp.done():  # watch the process's UDP sockets while the server handles it
+            opened |= _udp_sockets() - udp_before
+            await asyncio.sleep(0.005)
+        answer = sdp.result()
+        assert answer.status_code == 415 and answer.json()["error"]["code"] == "not_audio"
+        assert not opened, f"the SDP upload opened UDP sockets {opened}"
+
+        said = espeak(tmp_path, "en+m2", 160, 50, 1, rate=44100)
+        changing = await upload(hostile_audio.rate_change_mp3(clip=said), "changing")
+        assert changing.status_code == 201, changing.text  # was a 500 (the resampler's error)
+
+        clip = espeak(tmp_path, "en+f2", 160, 50, 2, rate=48000)
+        webm = await upload(hostile_audio.webm_opus(clip), "browser", consent="on")
+        assert webm.status_code == 201, webm.text
+
+        body = {"input": "Still speaking.", "voice": "browser", "response_format": "pcm"}
+        speech = await http.post("/v1/audio/speech", json=body)
+        assert speech.status_code == 200 and len(speech.content) > 0
+    grown = (psutil.Process().memory_info().rss - rss) / 2**20
+    print(f"hostile uploads: process RSS grew {grown:.0f} MiB")
