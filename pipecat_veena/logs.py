@@ -55,6 +55,28 @@ def configure_logging(level: str = "INFO", *, sink: TextIO | Any = None, **optio
     )
 
 
+#: The features turned off because a dependency's private API changed (``degrade_once``).
+_degraded: set[str] = set()
+
+
+def degrade_once(feature: str, message: str) -> None:
+    """Warn, once per process, that ``feature`` is off: a private API it reads has changed.
+
+    What this package reads of another package's private state (Pipecat's ``_tts_spans``,
+    Ray Serve's ``Replica.perform_graceful_shutdown``) is read behind a guard that calls this
+    and carries on without the feature; tests/test_guards.py fails when the installed release
+    no longer has the shape read.
+    """
+    if feature not in _degraded:
+        _degraded.add(feature)
+        logger.warning(message)
+
+
+def degraded() -> frozenset[str]:
+    """The features ``degrade_once`` turned off in this process."""
+    return frozenset(_degraded)
+
+
 def log_failure(message: str, error: BaseException) -> None:
     """Log ``message`` at ERROR with ``error``'s traceback: files and lines, no variables."""
     trace = "".join(traceback.format_exception(error)).rstrip()

@@ -362,8 +362,7 @@ class VeenaTTSService(TTSService):
         """Pipecat's open ``tts`` span of ``context_id`` (``@traced_tts``), or None."""
         if not self._tracing_enabled:
             return None
-        entry = getattr(self, "_tts_spans", {}).get(context_id)
-        return entry["span"] if entry else None
+        return tracing.pipecat_tts_span(self, context_id)  # Pipecat's private state, guarded
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         """Abort the engine requests of an interrupted context.

@@ -24,6 +24,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from pipecat_veena.logs import degrade_once
+
 #: The instrumentation scope of every span of this package.
 SCOPE = "pipecat_veena"
 UTTERANCE_SPAN = "veena.utterance"
@@ -194,6 +196,31 @@ def end_span(span: Any, attributes: dict[str, Any]) -> None:
         return
     span.set_attributes({k: v for k, v in attributes.items() if v is not None})
     span.end()
+
+
+def pipecat_tts_span(service: Any, context_id: str) -> Any:
+    """The ``tts`` span Pipecat's ``@traced_tts`` opened for ``context_id``, or None.
+
+    Pipecat (1.14) keeps those spans in the service's private ``_tts_spans``,
+    ``{context_id: {"span": span, ...}}``; call this only while Pipecat traces the service.
+    Read behind a guard: missing or of another shape, it returns None (the engine's span then
+    starts its own trace instead of nesting under Pipecat's) and warns once.
+    """
+    spans = getattr(service, "_tts_spans", None)
+    if isinstance(spans, dict):
+        entry = spans.get(context_id)
+        if entry is None:  # no span for this context (Pipecat did not open one)
+            return None
+        span = entry.get("span") if isinstance(entry, dict) else None
+        if callable(getattr(span, "get_span_context", None)):
+            return span
+    degrade_once(
+        "pipecat._tts_spans",
+        "this Pipecat no longer keeps its tts spans in TTSService._tts_spans "
+        "({context_id: {'span': span}}): the engine's spans will not nest under Pipecat's "
+        "tts span (tested with Pipecat 1.14)",
+    )
+    return None
 
 
 def traceparent() -> str | None:

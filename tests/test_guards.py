@@ -69,3 +69,115 @@ def test_bad_parameters():
         RepetitionGuard(window=10, max_period=10)
     with pytest.raises(ValueError, match="check_every"):
         RepetitionGuard(window=10, max_period=5, check_every=0)
+
+
+# -- guards of other packages' private state (pipecat_veena.logs.degrade_once) --------------
+# These fail loudly when the installed Pipecat or Ray no longer has the shape this package
+# reads, so an upgrade is noticed here, not by a production trace or drain that silently stops.
+
+
+async def test_the_installed_pipecat_keeps_tts_spans_where_the_guard_reads_them(monkeypatch):
+    """A real Pipecat pipeline with tracing on: ``VeenaTTSService`` finds Pipecat's own ``tts``
+    span in its private ``_tts_spans`` (else the engine's spans stop nesting under it)."""
+    from otel import collect, pipeline_says
+    from server_fakes import FakeSpeechEngine
+
+    from pipecat_veena import logs, tracing
+
+    found = []
+    guarded = tracing.pipecat_tts_span
+
+    def watch(service, context_id):
+        found.append(guarded(service, context_id))
+        return found[-1]
+
+    monkeypatch.setattr(tracing, "pipecat_tts_span", watch)
+    class Engine(FakeSpeechEngine):
+        def check_options(self, **options):  # the service sends None for "the default"
+            return super().check_options(**{k: v for k, v in options.items() if v is not None})
+
+    engine = Engine()
+    await engine.start()
+    with collect() as spans:
+        assert await pipeline_says(engine, "Finding the span.") > 0
+    (tts,) = [s for s in spans.get_finished_spans() if s.name == "tts"]
+    assert found and all(span is not None for span in found), (
+        "the installed Pipecat no longer keeps its tts spans in TTSService._tts_spans as "
+        "{context_id: {'span': span}}: update pipecat_veena.tracing.pipecat_tts_span"
+    )
+    assert found[0].get_span_context().span_id == tts.context.span_id
+    assert "pipecat._tts_spans" not in logs.degraded()
+
+
+@pytest.mark.parametrize("spans", [None, [], {"ctx": ("span",)}, {"ctx": {"Span": 1}}])
+def test_a_changed_pipecat_tts_spans_degrades_with_one_warning(spans, monkeypatch, caplog_loguru):
+    from pipecat_veena import logs, tracing
+
+    monkeypatch.setattr(logs, "_degraded", set())
+
+    class Service:
+        pass
+
+    service = Service()
+    if spans is not None:
+        service._tts_spans = spans
+    assert tracing.pipecat_tts_span(service, "ctx") is None
+    assert tracing.pipecat_tts_span(service, "ctx") is None
+    assert logs.degraded() == {"pipecat._tts_spans"}
+    assert caplog_loguru.text.count("no longer keeps its tts spans") == 1
+    # a dict without this context's entry is no change: nothing to nest under, no warning
+    service._tts_spans = {}
+    monkeypatch.setattr(logs, "_degraded", set())
+    assert tracing.pipecat_tts_span(service, "ctx") is None and not logs.degraded()
+
+
+def test_the_installed_ray_has_the_replica_shutdown_the_drain_wraps():
+    pytest.importorskip("ray.serve")
+    from ray.serve._private.replica import Replica
+
+    from pipecat_veena.deploy.ray import replica_shutdown_problem
+
+    assert replica_shutdown_problem(Replica) is None, (
+        "the installed Ray Serve changed Replica.perform_graceful_shutdown: replicas would "
+        "not drain; update pipecat_veena.deploy.ray.on_replica_stop"
+    )
+
+
+def test_a_changed_ray_replica_shutdown_degrades_with_one_warning(monkeypatch, caplog_loguru):
+    pytest.importorskip("ray.serve")
+    import ray.serve._private.replica as replica_module
+
+    from pipecat_veena import logs
+    from pipecat_veena.deploy import ray as deploy_ray
+
+    class NoMethod:
+        pass
+
+    class Sync:
+        def perform_graceful_shutdown(self):
+            pass
+
+    class TakesMore:
+        async def perform_graceful_shutdown(self, timeout_s):
+            pass
+
+    class Fine:
+        async def perform_graceful_shutdown(self, wait: bool = True):
+            pass
+
+    assert "no Replica" in deploy_ray.replica_shutdown_problem(NoMethod)
+    assert "not a coroutine" in deploy_ray.replica_shutdown_problem(Sync)
+    assert "other arguments" in deploy_ray.replica_shutdown_problem(TakesMore)
+    assert deploy_ray.replica_shutdown_problem(Fine) is None
+
+    monkeypatch.setattr(logs, "_degraded", set())
+    monkeypatch.setattr(replica_module, "Replica", TakesMore)
+    monkeypatch.setattr(deploy_ray, "_STOP_HOOKS", [])
+
+    async def hook() -> None:
+        pass
+
+    assert deploy_ray.on_replica_stop(hook) is False
+    assert deploy_ray.on_replica_stop(hook) is False
+    assert not deploy_ray._STOP_HOOKS  # the feature is off: nothing installed
+    assert caplog_loguru.text.count("will not drain") == 1

@@ -30,11 +30,14 @@ moment (see ``on_replica_stop``), so this module adds one.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from loguru import logger
+
+from pipecat_veena.logs import degrade_once
 
 try:
     from ray import serve
@@ -106,19 +109,22 @@ def on_replica_stop(hook: Callable[[], Awaitable[None]]) -> bool:
     replica's process: ``hook`` is awaited first, then Serve's own shutdown goes on.
 
     Returns:
-        False (with a warning) when this Ray has no such method: replicas then do not drain.
+        False (with one warning per process) when this Ray has no such method, or one of
+        another shape (``replica_shutdown_problem``): replicas then do not drain.
     """
     try:
         from ray.serve._private.replica import Replica
     except ImportError:  # pragma: no cover - depends on the install
         Replica = None  # noqa: N806
-    original = getattr(Replica, "perform_graceful_shutdown", None)
-    if original is None:
-        logger.warning(
-            "this Ray Serve has no Replica.perform_graceful_shutdown: a replica that Serve "
-            "stops will not drain (its calls break when Serve kills it); use Ray 2.60"
+    problem = replica_shutdown_problem(Replica)
+    if problem is not None:
+        degrade_once(
+            "ray.Replica.perform_graceful_shutdown",
+            f"{problem}: a replica that Serve stops will not drain (its calls break when Serve "
+            "kills it); tested with Ray 2.60",
         )
         return False
+    original = Replica.perform_graceful_shutdown
     if not _STOP_HOOKS:
 
         async def perform_graceful_shutdown(self: Any) -> None:
@@ -132,6 +138,32 @@ def on_replica_stop(hook: Callable[[], Awaitable[None]]) -> bool:
         Replica.perform_graceful_shutdown = perform_graceful_shutdown
     _STOP_HOOKS.append(hook)
     return True
+
+
+def replica_shutdown_problem(replica_class: Any) -> str | None:
+    """What stops ``on_replica_stop`` from wrapping ``replica_class``'s shutdown; None: nothing.
+
+    The guard of Ray Serve's private ``Replica.perform_graceful_shutdown``: it must be a
+    coroutine function taking only the replica (Ray 2.60). tests/test_guards.py asserts the
+    installed Ray passes, so a Ray that changed it fails in CI rather than in production.
+    """
+    original = getattr(replica_class, "perform_graceful_shutdown", None)
+    if original is None:
+        return "this Ray Serve has no Replica.perform_graceful_shutdown"
+    if not inspect.iscoroutinefunction(original):
+        return "this Ray Serve's Replica.perform_graceful_shutdown is not a coroutine function"
+    try:
+        parameters = list(inspect.signature(original).parameters.values())
+    except (TypeError, ValueError):
+        parameters = []
+    required = [p for p in parameters[1:] if p.default is p.empty and p.kind in (
+        p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]  # fmt: skip
+    if not parameters or required:
+        return (
+            "this Ray Serve's Replica.perform_graceful_shutdown takes other arguments "
+            f"({inspect.signature(original) if parameters else '?'})"
+        )
+    return None
 
 
 def _drain_on(loop: asyncio.AbstractEventLoop, app: FastAPI) -> Callable[[], Awaitable[None]]:
