@@ -163,6 +163,7 @@ def _server_settings(args: argparse.Namespace) -> object:
         max_header_bytes=args.max_header_bytes,
         max_headers=args.max_headers,
         voice_map=parse_voice_map(args.voice_map) if args.voice_map else None,
+        max_enrolled_voices=args.max_enrolled_voices or None,
     )
 
 
@@ -244,7 +245,9 @@ def _voices(args: argparse.Namespace) -> int:
         enrol_into_file,
         read_voices_file,
         remove_from_file,
+        share_in_file,
     )
+    from pipecat_veena.server.settings import OPENAI_VOICES
 
     _quiet(False)
     checkpoint = _demo_or(args.model)
@@ -255,14 +258,20 @@ def _voices(args: argparse.Namespace) -> int:
         layout = detect_layout(checkpoint)
         book = spark_voices(layout.root, 32) if layout.family == "bicodec" else (
             veena_voices(layout.root))  # fmt: skip
-        enrolled = sorted(read_voices_file(path).get("enrolled", {}))
+        enrolled = read_voices_file(path).get("enrolled", {})
         print(f"built-in: {', '.join(book.names)}")
-        print(f"enrolled ({path}): {', '.join(enrolled) or 'none'}")
+        lines = ", ".join(map(_voice_line, sorted(enrolled.items())))
+        print(f"enrolled ({path}): {lines or 'none'}")
         return 0
     if args.name is None:
         raise ValueError(f"voices {args.action} NAME: give the voice's name")
     if args.action == "remove":
         print(f"removed {remove_from_file(path, args.name)!r} from {path}")
+        return 0
+    if args.action in ("share", "unshare"):
+        key = share_in_file(path, args.name, args.action == "share")
+        every = "every API key may now use it" if args.action == "share" else "only its owner"
+        print(f"{args.action}d {key!r} in {path}: {every}")
         return 0
     if args.clip is None:
         raise ValueError("voices add NAME CLIP: give the voice clip's file")
@@ -273,10 +282,22 @@ def _voices(args: argparse.Namespace) -> int:
         samples, rate = decode_clip(args.clip.read_bytes(), 30.0)
     except ProtocolError as e:
         raise ValueError(f"{args.clip}: {e.message}") from None
-    codes = enrol_into_file(checkpoint, path, args.name, samples, rate, args.transcript)
+    codes = enrol_into_file(
+        checkpoint, path, args.name, samples, rate, args.transcript,
+        replace=args.replace, reserved=OPENAI_VOICES,
+    )  # fmt: skip
     print(f"enrolled {args.name.strip().lower()!r} into {path} (32 global codes: {codes[:4]}...)")
     print("a server with this voices file picks it up within a second (or send it SIGHUP)")
     return 0
+
+
+def _voice_line(item: tuple[str, object]) -> str:
+    """``name`` of an enrolled voice, with who may use it (``voices list``)."""
+    name, entry = item
+    entry = entry if isinstance(entry, dict) else {}
+    if not entry.get("owner"):
+        return f"{name} (operator's: every key)"
+    return f"{name} ({'shared: every key' if entry.get('shared') else 'one API key'})"
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -390,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="most header fields in one request (else 431)")
     srv.add_argument("--voice-map", default=None,
                      help="OpenAI voice names to checkpoint voices, e.g. alloy=female,echo=male")
+    srv.add_argument("--max-enrolled-voices", type=int, default=limits.max_enrolled_voices,
+                     help="enrolled voices in all (POST /v1/audio/voices past it: 409; 0: no cap)")
     srv.add_argument("--voices-file", type=Path, default=None,
                      help="enrolled voices and pinned prints (JSON), shared by replicas: written "
                           "on enrolment, reloaded when it changes and on SIGHUP (None: "
@@ -406,14 +429,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     voices = sub.add_parser(
         "voices",
-        help="enrol, list or remove voices of a checkpoint's voices file (BiCodec models)",
-        description="voices add NAME clip.wav | list | remove NAME. Enrol only voices whose "
+        help="enrol, list, remove or share voices of a checkpoint's voices file (BiCodec)",
+        description="voices add NAME clip.wav | list | remove NAME | share NAME | unshare NAME. "
+        "Voices added here are the operator's (every API key of a server may use them); share "
+        "lets every key use a voice a key enrolled (only its owner, or this command, removes "
+        "it). Changes are locked and merged with a running server's. Enrol only voices whose "
         "speaker consented. The clip: 3-30 s of one speaker (wav, mp3, ogg, m4a, flac).",
     )
-    voices.add_argument("action", choices=("add", "list", "remove"))
+    voices.add_argument("action", choices=("add", "list", "remove", "share", "unshare"))
     voices.add_argument("name", nargs="?", default=None, help="the voice's name (add, remove)")
     voices.add_argument("clip", nargs="?", type=Path, default=None, help="the clip (add)")
     voices.add_argument("--transcript", default=None, help="the clip's words (transcript mode)")
+    voices.add_argument("--replace", action="store_true",
+                        help="add: replace an enrolled voice of that name (else refused)")
     voices.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
     voices.add_argument("--voices-file", type=Path, default=None,
                         help="the voices file (default: voice-prints.json in the checkpoint)")

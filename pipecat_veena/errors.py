@@ -21,13 +21,17 @@ class EnrolmentError(VeenaError, ValueError):
     """A voice cannot be enrolled (bad clip, bad or taken name, no speaker encoder).
 
     Attributes:
-        code: what kind of problem: ``BAD_CLIP``, ``BAD_NAME``, ``NAME_TAKEN`` or
-            ``UNSUPPORTED`` (the model cannot enrol); the speech server's error code.
+        code: what kind of problem: ``BAD_CLIP``, ``BAD_NAME``, ``NAME_TAKEN``,
+            ``NOT_OWNER`` (a shared voice its caller does not own), ``TOO_MANY_VOICES`` (the
+            cap on enrolled voices) or ``UNSUPPORTED`` (the model cannot enrol); the speech
+            server's error code.
     """
 
     BAD_CLIP = "bad_voice_clip"
     BAD_NAME = "bad_voice_name"
     NAME_TAKEN = "voice_name_taken"
+    NOT_OWNER = "voice_not_owned"
+    TOO_MANY_VOICES = "too_many_voices"
     UNSUPPORTED = "enrolment_unsupported"
 
     def __init__(self, message: str, *, code: str = BAD_CLIP) -> None:

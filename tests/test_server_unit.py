@@ -480,9 +480,12 @@ async def test_voice_map_is_configurable_and_checked():
         assert server.state.voice_map["alloy"] == "male"
         assert server.state.voice_map["nova"] == "female"  # unmapped names: the default voice
     bad = ServerSettings(voice_map={"alloy": "robot"})
-    with pytest.raises(Exception, match="unknown voice 'robot'"):
-        async with serving(FakeSpeechEngine(), bad):
-            pass
+    async with serving(FakeSpeechEngine(), bad) as server:  # a bad map never fails the start
+        assert server.state.ready
+        with pytest.raises(ValueError, match="'alloy' maps to 'robot' .* no voice here") as off:
+            server.state.resolve_voice("alloy")  # the alias is off, and says why
+        assert off.value.code == ErrorCode.UNKNOWN_VOICE
+        assert server.state.resolve_voice("nova") == "female"
 
 
 class _SlowStart(FakeSpeechEngine):

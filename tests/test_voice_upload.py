@@ -225,7 +225,7 @@ async def test_nothing_uploaded_is_left_on_disk(checkpoint, clips, tmp_path, mon
         async with serving(engine) as handle:
             good = await _post(handle.url, _form(big))
             bad = await _post(handle.url, _form(big, name="female"))
-            broken = await _post(handle.url, _form(big[: len(big) // 3] + b"\0" * 99))
+            broken = await _post(handle.url, _form(big[: len(big) // 3] + b"\0" * 99, "cut"))
         assert good.status_code == 201 and bad.status_code == 409
         assert broken.status_code in (201, 415, 422)
         assert list(spool.iterdir()) == []
@@ -303,7 +303,7 @@ async def test_sighup_reloads_the_voices_file(checkpoint, clips, tmp_path) -> No
     serving_task = asyncio.ensure_future(serve_until_signalled(handle))
     try:
         await until(lambda: handle.state is not None and handle.state.ready, 20)
-        reader._voices_polled = float("inf")  # no poll from now on: only SIGHUP reloads
+        reader._voices_file._polled = float("inf")  # no poll from now on: only SIGHUP
         data = json.loads(shared.read_text())
         data["enrolled"]["mira"] = data["enrolled"]["ravi"]
         shared.write_text(json.dumps(data))

@@ -33,6 +33,7 @@ _PUBLIC = {
     "enrol_into_file": "voices_file",
     "read_voices_file": "voices_file",
     "remove_from_file": "voices_file",
+    "share_in_file": "voices_file",
     "voice_with_levels": "voices",
     "calibrate_lookahead": "calibrate",
     "lookahead_curve": "calibrate",

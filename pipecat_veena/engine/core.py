@@ -17,12 +17,12 @@ import os
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Executor
 from contextlib import aclosing
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loguru import logger
 
@@ -32,8 +32,8 @@ from pipecat_veena.engine.checkpoint import WAV2VEC2_DIR, CheckpointLayout, dete
 from pipecat_veena.engine.config import EngineConfig
 from pipecat_veena.engine.formats import ModelFormat, load_format, load_tokenizer
 from pipecat_veena.engine.utterance import AudioChunk, EngineParts, Utterance
-from pipecat_veena.engine.voices import Voice
-from pipecat_veena.engine.voices_file import snac_cannot_enrol, write_voices_file
+from pipecat_veena.engine.voices import OPERATOR, Voice, VoiceBook
+from pipecat_veena.engine.voices_file import VoicesFile, snac_cannot_enrol
 from pipecat_veena.errors import (
     CheckpointError,
     EngineDeadError,
@@ -60,11 +60,10 @@ _SAMPLING_KEYS = {f.name for f in fields(SamplingOptions)} - {
     "min_tokens",
     "adapter",
 }
+T = TypeVar("T")
 #: Longest text made ready for the model (normalised, split) on the event loop; longer text is
 #: made ready in a worker thread (a sentence takes about 0.15 ms, 16 KB up to 0.2 s).
 INLINE_TEXT_CHARS = 256
-#: How often, at most, the engine looks whether its voices file changed (one ``stat``).
-VOICES_POLL_S = 1.0
 #: How often a running engine looks whether its LLM backend is still alive (a request that
 #: meets the dead backend says so at once; this finds a death while no request runs).
 WATCH_S = 0.25
@@ -109,8 +108,8 @@ class VeenaEngine:
         self._speaker_encoder: BiCodecSpeakerEncoder | None = None
         self._semantic_tokenizer: SemanticTokenizer | None = None
         self._encoder_lock = asyncio.Lock()
-        self._voices_seen: tuple[int, int] | None = None  # the voices file's (mtime_ns, size)
-        self._voices_polled = 0.0
+        self._voices_file: VoicesFile | None = None
+        self._reserved_voices: frozenset[str] = frozenset()
         # the supervisor: see ``state``
         self._state = "stopped"
         self._llm_dir: Path | None = None
@@ -157,8 +156,12 @@ class VeenaEngine:
                 load_format, layout, tokenizer, self._codec.condition_size
             )
             self._format.voices.pinned.update(pinned)
+            self._format.voices.reserved = self._reserved_voices
             if cfg.voices_file is not None:
-                self._start_voices_file(Path(cfg.voices_file))
+                self._voices_file = VoicesFile(
+                    Path(cfg.voices_file), self.model_name, self._format.voice_prefix_globals
+                )
+                await asyncio.to_thread(self._voices_file.start, self._format.voices)
             self._stream_config = await self._stream_settings()
             self._llm_dir = layout.llm_dir
             if self._generator is None:
@@ -389,10 +392,14 @@ class VeenaEngine:
         """The checkpoint family: "bicodec" or "snac"."""
         return self._require_format().family
 
-    def check_voice(self, voice: str | None) -> str:
-        """Canonical name of ``voice``; raises UnknownVoiceError listing the valid ones."""
+    def check_voice(self, voice: str | None, owner: str | None = None) -> str:
+        """Canonical name of ``voice``; raises UnknownVoiceError listing the valid ones.
+
+        ``owner``: who asks (a speech server's caller): another owner's enrolled voice is
+        unknown to them (None: every voice is known).
+        """
         self.refresh_voices()
-        return self._require_format().voices.resolve(voice).name
+        return self._require_format().voices.resolve_for(voice, owner).name
 
     def register_voice(self, name: str, global_codes: list[int]) -> None:
         """Add a BiCodec voice given by its 32 global codes (a cloned voice)."""
@@ -419,6 +426,9 @@ class VeenaEngine:
         transcript: str | None = None,
         *,
         executor: Executor | None = None,
+        owner: str = OPERATOR,
+        replace: bool = True,
+        limit: int | None = None,
     ) -> Voice:
         """Enrol a voice from a clip of its speaker; ``stream(voice=name)`` then speaks with it.
 
@@ -443,6 +453,10 @@ class VeenaEngine:
             transcript: the words spoken in the clip (transcript mode), or None (global-only).
             executor: the thread pool that runs the encoders (None: the loop's default one;
                 the server passes its upload workers).
+            owner: whose voice it is (the speech server passes the API key's fingerprint;
+                ``OPERATOR``: every caller's). See ``VoiceBook``.
+            replace: replace ``owner``'s voice of that name (False: refuse it, NAME_TAKEN).
+            limit: the most enrolled voices (None: no cap; TOO_MANY_VOICES).
 
         Returns:
             The enrolled voice (``voice.globals`` holds its 32 codes; in transcript mode
@@ -459,8 +473,7 @@ class VeenaEngine:
             wav2vec2_missing,
         )
 
-        fmt = self._require_format()
-        self.check_enrolment(name)  # before any work
+        self.check_enrolment(name, owner=owner, replace=replace, limit=limit)  # before any work
         transcript = check_transcript(transcript)
         layout = detect_layout(self.config.checkpoint)
         if transcript is not None and layout.wav2vec2_dir is None:
@@ -476,10 +489,13 @@ class VeenaEngine:
         codes, semantic_codes = await asyncio.get_running_loop().run_in_executor(executor, encode)
         if semantic_codes is not None:
             self._check_reference_fits(semantic_codes)
-        self.refresh_voices(now=True)
-        before = dict(fmt.voices.voices), set(fmt.voices.enrolled)
-        voice = fmt.voices.enrol(name, codes, semantic_codes, transcript)
-        self._save_voices_file(undo=before)
+
+        def enrol(book: VoiceBook) -> Voice:  # the book as the voices file is now
+            return book.enrol(
+                name, codes, semantic_codes, transcript, owner=owner, replace=replace, limit=limit
+            )
+
+        voice = await asyncio.to_thread(self._change_voices, enrol)
         if transcript is not None:
             mode = f"with its transcript and {len(semantic_codes or ())} semantic tokens"
         elif layout.wav2vec2_dir is None:
@@ -492,101 +508,104 @@ class VeenaEngine:
         )
         return voice
 
-    def check_enrolment(self, name: str) -> str:
+    def check_enrolment(
+        self,
+        name: str,
+        *,
+        owner: str = OPERATOR,
+        replace: bool = True,
+        limit: int | None = None,
+    ) -> str:
         """The name a voice enrolled as ``name`` would get, checked before any work.
 
+        As the engine's voices are now: ``enroll_voice`` checks again against the voices file
+        as it is when the voice is written.
+
         Raises:
-            EnrolmentError: a model that cannot enrol (SNAC: use a LoRA adapter voice), or an
-                odd name or one a built-in voice has (``code`` says which).
+            EnrolmentError: a model that cannot enrol (SNAC: use a LoRA adapter voice), an odd
+                name, one a built-in voice has or that is reserved, another owner's voice, one's
+                own without ``replace``, or a full book (``code`` says which).
         """
         fmt = self._require_format()
         if fmt.family != "bicodec":
             raise snac_cannot_enrol(self.model_name)
-        self.refresh_voices(now=True)  # another replica may have enrolled or removed voices
-        return fmt.voices.check_enrolment(name)
+        self.refresh_voices()
+        return fmt.voices.check_enrolment(name, owner=owner, replace=replace, limit=limit)
 
-    def remove_voice(self, name: str) -> str:
+    def remove_voice(self, name: str, owner: str | None = None) -> str:
         """Remove an enrolled voice (from the voices file too, when the engine has one).
+
+        Blocks on the voices file (its lock, a read and a write): an event loop calls it in a
+        worker thread.
+
+        Args:
+            name: the voice.
+            owner: who asks (None: the operator, who may remove any enrolled voice); another
+                owner's voice is unknown to them, one shared with them is refused.
 
         Returns:
             The removed voice's canonical name.
 
         Raises:
-            EnrolmentError: ``name`` is a built-in voice.
-            UnknownVoiceError: no voice has that name.
+            EnrolmentError: ``name`` is a built-in voice, or shared with ``owner`` but not
+                theirs (``code`` NOT_OWNER).
+            UnknownVoiceError: no voice has that name (that ``owner`` may use).
         """
-        self.refresh_voices(now=True)
-        book = self._require_format().voices
-        before = dict(book.voices), set(book.enrolled)
-        key = book.forget(name)
-        self._save_voices_file(undo=before)
+        key = self._change_voices(lambda book: book.forget(name, owner))
         logger.info(f"{self}: enrolled voice {key!r} removed")
         return key
+
+    def share_voice(self, name: str, shared: bool = True) -> str:
+        """Share an enrolled voice with every caller of a server (or stop); blocks on the file.
+
+        Raises:
+            UnknownVoiceError: no enrolled voice has that name.
+        """
+        return self._change_voices(lambda book: book.share(name, shared))
+
+    def reserve_voice_names(self, names: Iterable[str]) -> None:
+        """Names that may not be enrolled from now on (a server's OpenAI and voice-map names)."""
+        self._reserved_voices = frozenset(n.strip().lower() for n in names)
+        if self._format is not None:
+            self._format.voices.reserved = self._reserved_voices
+
+    def voice_access(self, owner: str | None) -> dict[str, tuple[bool, bool]]:
+        """The enrolled voices ``owner`` may use: name -> (``owner`` may remove it, shared).
+
+        ``shared``: every caller may use it (marked shared, or the operator's).
+        """
+        self.refresh_voices()
+        book = self._require_format().voices
+        owned, shared = set(book.owned_by(owner)), set(book.shared_with_all())
+        return {
+            n: (n in owned, n in shared)
+            for n in sorted(book.enrolled)
+            if book.usable_by(n, owner)
+        }
+
+    def _change_voices(self, change: Callable[[VoiceBook], T]) -> T:
+        """Apply ``change`` to the voices, through the voices file when there is one (blocking)."""
+        book = self._require_format().voices
+        if self._voices_file is None:
+            return change(book)
+        return self._voices_file.change(book, change)
 
     def refresh_voices(self, *, now: bool = False) -> bool:
         """Reload the voices file (``EngineConfig.voices_file``) if it changed since last read.
 
         Cheap: one ``stat`` at most every ``VOICES_POLL_S`` seconds (``now``: at once), so that
         replicas sharing the file (a mounted volume) see each other's enrolled and removed
-        voices. A file that cannot be read or parsed keeps the voices as they are (warned).
+        voices. On the event loop the reload itself runs on a worker thread (until it is done
+        the voices are as they were); elsewhere it runs here. A file that cannot be read or
+        parsed keeps the voices as they are (warned); an entry that cannot be used is skipped
+        (warned); a voice pinned already keeps its print.
 
         Returns:
-            True when the file was reloaded.
+            True when the file was reloaded here.
         """
-        path = self.config.voices_file
-        if path is None or self._format is None:
+        if self._voices_file is None or self._format is None:
             return False
-        clock = time.monotonic()
-        if not now and clock - self._voices_polled < VOICES_POLL_S:
-            return False
-        self._voices_polled = clock
-        seen = _file_signature(Path(path))
-        if seen is None or seen == self._voices_seen:
-            return False
-        try:
-            self._read_voices_file(Path(path))
-        except ValueError as e:
-            logger.warning(f"{self}: voices file {path} not reloaded (voices unchanged): {e}")
-            return False
-        return True
-
-    def _start_voices_file(self, path: Path) -> None:
-        if not path.exists():
-            logger.info(
-                f"{self}: voices file {path} does not exist yet; enrolling a voice creates it"
-            )
-            return
-        self._read_voices_file(path)
-
-    def _read_voices_file(self, path: Path) -> None:
-        seen = _file_signature(path)
-        fmt = self._require_format()
-        data = _read_json(path)
-        names = fmt.voices.load_prints(data, fmt.voice_prefix_globals, replace_enrolled=True)
-        self._voices_seen = seen
-        logger.info(f"{self}: voices file {path} read: {', '.join(names) or '(no voices)'}")
-
-    def _save_voices_file(self, undo: tuple[dict[str, Voice], set[str]]) -> None:
-        """Write the voices (pinned and enrolled) to the voices file, atomically, if any.
-
-        Raises:
-            EnrolmentError: the file cannot be written; the voices are as they were (``undo``).
-        """
-        path = self.config.voices_file
-        if path is None:
-            return
-        path = Path(path)
-        book = self._require_format().voices
-        try:
-            write_voices_file(path, book.export_prints(self.model_name))
-        except OSError as e:
-            book.voices, book.enrolled = undo
-            raise EnrolmentError(
-                f"{self}: cannot write the voices file {path} ({e}); nothing changed: give the "
-                "engine a writable voices_file (pipecat-veena serve --voices-file PATH)",
-                code=EnrolmentError.UNSUPPORTED,
-            ) from e
-        self._voices_seen = _file_signature(path)
+        return self._voices_file.refresh(self._format.voices, now=now)
 
     def _check_reference_fits(self, semantic_codes: list[int]) -> None:
         """EnrolmentError when a clip's semantic tokens would take over half the model length."""
@@ -835,15 +854,6 @@ class VeenaEngine:
         for request in hits:
             await request.abort()
         return len(hits)
-
-
-def _file_signature(path: Path) -> tuple[int, int] | None:
-    """(mtime_ns, size) of a file, None when it is not there."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_mtime_ns, stat.st_size
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -17,6 +17,12 @@ it is *pinned*: the voice print (the generated prefix with its 32 global codes) 
 request of that voice that completed cleanly is reused by every later request, so sentences
 and calls never drift. Pinned prints can be exported to a file and loaded by another process,
 so every replica of a service speaks with the same voice.
+
+Enrolled voices have owners: ``owner`` is a fingerprint of the API key that enrolled the voice
+(``""``: the operator, i.e. the CLI, an in-process caller or an open server, whose voices every
+caller may use). A voice is usable by its owner, and by everyone when the operator marked it
+``shared`` or the operator owns it. Reserved names (the speech server's OpenAI and voice-map
+names) cannot be enrolled.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ GLOBAL_CODES = 4096
 SEMANTIC_CODES = 8192
 #: ``format`` of an exported voice-print file.
 PRINTS_FORMAT = "pipecat-veena-voice-prints"
+#: The owner of voices enrolled by the operator (CLI, in-process engine, a server without keys).
+OPERATOR = ""
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,9 @@ class VoiceBook:
         num_globals: global codes per voice (BiCodec: 32; SNAC voices have none).
         pinned: voice prints by voice name.
         enrolled: names of the voices enrolled from audio (``enrol``), in ``voices`` too.
+        owners: the owner of each enrolled voice (a key fingerprint; ``OPERATOR``: everyone's).
+        shared: enrolled voices the operator shared with every caller.
+        reserved: names that cannot be enrolled (the server's OpenAI and voice-map names).
     """
 
     voices: dict[str, Voice]
@@ -165,6 +176,9 @@ class VoiceBook:
     num_globals: int = 32
     pinned: dict[str, VoicePrint] = field(default_factory=dict)
     enrolled: set[str] = field(default_factory=set)
+    owners: dict[str, str] = field(default_factory=dict)
+    shared: set[str] = field(default_factory=set)
+    reserved: frozenset[str] = frozenset()
 
     @property
     def names(self) -> list[str]:
@@ -186,8 +200,9 @@ class VoiceBook:
         if name is None:
             name = self.default
         key = name.strip().lower()
-        if key in self.voices:
-            return self.voices[key]
+        found = self.voices.get(key)  # one lookup: a reload on a worker thread may remove it
+        if found is not None:
+            return found
         if self.controllable:
             voice = _parse_controllable(key)
             if voice is not None:
@@ -212,6 +227,10 @@ class VoiceBook:
         global_codes: Sequence[int],
         semantic: Sequence[int] | None = None,
         transcript: str | None = None,
+        *,
+        owner: str = OPERATOR,
+        replace: bool = True,
+        limit: int | None = None,
     ) -> Voice:
         """Add (or replace) an enrolled voice: a checked name that no built-in voice has.
 
@@ -220,14 +239,19 @@ class VoiceBook:
             global_codes: its ``num_globals`` global codes.
             semantic: transcript mode: the reference clip's semantic codes (with ``transcript``).
             transcript: transcript mode: the reference clip's words (with ``semantic``).
+            owner: who enrols it (a key fingerprint; ``OPERATOR``: the operator).
+            replace: replace ``owner``'s own voice of that name (False: refuse it).
+            limit: the most enrolled voices (None: no cap); a replacement does not count.
 
         Raises:
-            EnrolmentError: an unusable name, or one that a built-in voice (or a controllable
-                ``gender:pitch:speed`` name) already answers to.
+            EnrolmentError: an unusable name, one that a built-in voice (or a controllable
+                ``gender:pitch:speed`` name) already answers to, a reserved name, another
+                owner's voice, one's own without ``replace``, or a full book.
             ValueError: codes that are not ``num_globals`` global codes, or a transcript-mode
                 reference without its codes or words.
         """
-        key, codes = self._check_enrolment(name, global_codes)
+        key = self.check_enrolment(name, owner=owner, replace=replace, limit=limit)
+        codes = check_globals(list(global_codes), self.num_globals, f"voice {key!r}")
         reference: tuple[tuple[int, ...] | None, str | None] = (None, None)
         if semantic is not None or transcript is not None:
             reference = check_semantic(semantic, transcript, f"voice {key!r}")
@@ -235,33 +259,128 @@ class VoiceBook:
             name=key, globals=codes, semantic=reference[0], transcript=reference[1]
         )
         self.enrolled.add(key)
+        self.owners[key] = owner
         return self.voices[key]
 
-    def forget(self, name: str) -> str:
+    def forget(self, name: str, owner: str | None = None) -> str:
         """Remove an enrolled voice; returns its canonical name.
 
+        Args:
+            name: the voice.
+            owner: who asks (None: the operator's CLI or the in-process engine, who may remove
+                any enrolled voice); another owner's voice is unknown to them, a shared one
+                is refused.
+
         Raises:
-            EnrolmentError: ``name`` is a built-in voice (those cannot be removed).
-            UnknownVoiceError: no voice has that name.
+            EnrolmentError: ``name`` is a built-in voice (those cannot be removed), or a voice
+                ``owner`` may use but does not own.
+            UnknownVoiceError: no voice has that name (that ``owner`` may use).
         """
         key = name.strip().lower()
-        if key not in self.enrolled:
-            builtin = self.resolve(key)  # UnknownVoiceError for a name that is no voice
+        if key not in self.enrolled or (owner is not None and not self.usable_by(key, owner)):
+            builtin = self.resolve_for(key, owner)  # UnknownVoiceError for a name that is no voice
             raise EnrolmentError(
                 f"voice {builtin.name!r} is a built-in voice of this checkpoint; only enrolled "
-                f"voices can be removed ({', '.join(sorted(self.enrolled)) or 'none yet'})",
+                f"voices can be removed ({', '.join(self.owned_by(owner)) or 'none yet'})",
                 code=EnrolmentError.NAME_TAKEN,
             )
+        if owner is not None and self.owners.get(key, OPERATOR) != owner:
+            raise EnrolmentError(
+                f"voice {key!r} is shared with you but not yours: only its owner (or the "
+                "operator, with pipecat-veena voices remove) can remove it",
+                code=EnrolmentError.NOT_OWNER,
+            )
         self.enrolled.discard(key)
+        self.owners.pop(key, None)
+        self.shared.discard(key)
         del self.voices[key]
         return key
 
-    def check_enrolment(self, name: str) -> str:
-        """The canonical name for a new enrolled voice; EnrolmentError as ``enrol`` raises."""
-        return self._check_enrolment(name, [0] * self.num_globals)[0]
+    def share(self, name: str, shared: bool = True) -> str:
+        """Mark an enrolled voice shared with every caller (or not); returns its name.
 
-    def _check_enrolment(self, name: str, global_codes: Sequence[int]) -> tuple[str, tuple]:
+        Raises:
+            UnknownVoiceError: no enrolled voice has that name.
+        """
+        key = name.strip().lower()
+        if key not in self.enrolled:
+            raise UnknownVoiceError(
+                f"no enrolled voice {name!r} (enrolled: "
+                f"{', '.join(sorted(self.enrolled)) or 'none'})"
+            )
+        (self.shared.add if shared else self.shared.discard)(key)
+        return key
+
+    # -- who may use what ------------------------------------------------------------------
+    def usable_by(self, name: str, owner: str | None) -> bool:
+        """True when ``owner`` may speak with voice ``name`` (None: the operator, anything).
+
+        Built-in voices are everyone's; an enrolled voice is its owner's, and everyone's when it
+        is shared or the operator's.
+        """
+        if owner is None or name not in self.enrolled:
+            return True
+        holder = self.owners.get(name, OPERATOR)
+        return holder in (owner, OPERATOR) or name in self.shared
+
+    def owned_by(self, owner: str | None) -> list[str]:
+        """The enrolled voices ``owner`` may remove, sorted (None: every enrolled voice)."""
+        return sorted(
+            n for n in self.enrolled if owner is None or self.owners.get(n, OPERATOR) == owner
+        )
+
+    def shared_with_all(self) -> list[str]:
+        """The enrolled voices every caller may use (shared, or the operator's), sorted."""
+        return sorted(n for n in self.enrolled if self.usable_by(n, "\0nobody"))
+
+    def resolve_for(self, name: str | None, owner: str | None) -> Voice:
+        """``resolve``, as ``owner`` sees the book: another owner's voice does not exist.
+
+        Raises:
+            UnknownVoiceError: naming the voices ``owner`` may use.
+        """
+        voice = None
+        try:
+            voice = self.resolve(name)
+        except UnknownVoiceError:
+            pass
+        if voice is not None and self.usable_by(voice.name, owner):
+            return voice
+        usable = [n for n in self.names if self.usable_by(n, owner)]
+        hint = " (or gender:pitch:speed, e.g. female:high:moderate)" if self.controllable else ""
+        raise UnknownVoiceError(
+            f"unknown voice {name!r}; this checkpoint offers: {', '.join(usable)}{hint}"
+        )
+
+    def check_enrolment(
+        self,
+        name: str,
+        *,
+        owner: str = OPERATOR,
+        replace: bool = True,
+        limit: int | None = None,
+    ) -> str:
+        """The canonical name for a new enrolled voice; EnrolmentError as ``enrol`` raises."""
         key = check_voice_name(name)
+        if key in self.enrolled:
+            if self.owners.get(key, OPERATOR) != owner:
+                raise EnrolmentError(
+                    f"voice name {key!r} is taken: pick another name",
+                    code=EnrolmentError.NAME_TAKEN,
+                )
+            if not replace:
+                raise EnrolmentError(
+                    f"you already have a voice {key!r}: send replace=true to replace it with "
+                    "this clip, or pick another name",
+                    code=EnrolmentError.NAME_TAKEN,
+                )
+            return key
+        if key in self.reserved:
+            raise EnrolmentError(
+                f"voice name {key!r} is reserved on this server (an OpenAI voice name or a "
+                "--voice-map alias, which every client may send): pick another name",
+                code=EnrolmentError.NAME_TAKEN,
+            )
         try:
             taken = self.resolve(key).name not in self.enrolled
         except UnknownVoiceError:
@@ -272,7 +391,14 @@ class VoiceBook:
                 f"({', '.join(n for n in self.names if n not in self.enrolled)}): pick another",
                 code=EnrolmentError.NAME_TAKEN,
             )
-        return key, check_globals(list(global_codes), self.num_globals, f"voice {key!r}")
+        if limit is not None and len(self.enrolled) >= limit:
+            raise EnrolmentError(
+                f"this server holds its cap of {limit} enrolled voices: remove one of yours "
+                "first (DELETE /v1/audio/voices/NAME), or ask the operator to raise the cap "
+                "(pipecat-veena serve --max-enrolled-voices)",
+                code=EnrolmentError.TOO_MANY_VOICES,
+            )
+        return key
 
     # -- pinned voice prints ----------------------------------------------------------------
     def print_for(self, voice: Voice) -> VoicePrint | None:
@@ -302,7 +428,10 @@ class VoiceBook:
         }
         if self.enrolled:
             data["enrolled"] = {
-                name: _enrolled_entry(self.voices[name]) for name in sorted(self.enrolled)
+                name: _enrolled_entry(
+                    self.voices[name], self.owners.get(name, OPERATOR), name in self.shared
+                )
+                for name in sorted(self.enrolled)
             }
         return data
 
@@ -313,21 +442,25 @@ class VoiceBook:
         *,
         replace_enrolled: bool = False,
     ) -> list[str]:
-        """Pin the prints of an exported dict (replacing pins of the same voices).
+        """Pin the prints of an exported dict, and enrol the voices it enrols.
 
         Args:
             data: what ``export_prints`` returned (e.g. read from its JSON file).
             check_prefix: parses a prefix with the model's grammar and returns its globals
                 (raises ValueError when the prefix is not a voice prefix of this model).
-            replace_enrolled: the file is the whole set of enrolled voices: those it lacks are
-                removed (a reload of a shared voices file, where another replica removed one).
+            replace_enrolled: the file is the whole set of enrolled voices (a reload of a shared
+                voices file): those it lacks are removed, an entry that is unusable is skipped
+                with a warning (never the whole file), and a voice pinned already keeps its
+                print (a call may be speaking with it). Otherwise (``load_voices``) the file's
+                prints replace pins of the same voices and any bad entry raises.
 
         Returns:
             The names pinned, then the names of the enrolled voices the file adds.
 
         Raises:
-            ValueError: a malformed file, an unknown voice, or a prefix that does not parse;
-                EnrolmentError for an enrolled voice whose name a built-in voice has.
+            ValueError: a file that is not a voice-print file; without ``replace_enrolled``, also
+                an unknown voice, a prefix that does not parse, or a bad enrolled entry
+                (EnrolmentError for one whose name a built-in voice has).
         """
         if not isinstance(data, dict) or data.get("format") != PRINTS_FORMAT:
             raise ValueError(f"not a voice-print file: expected format {PRINTS_FORMAT!r}")
@@ -335,40 +468,88 @@ class VoiceBook:
         if not isinstance(entries, dict):
             raise ValueError("voice-print file: 'voices' must be an object")
         enrolled = data.get("enrolled", {})
-        if not isinstance(enrolled, dict) or not all(
-            isinstance(e, dict) and isinstance(e.get("globals"), list) for e in enrolled.values()
-        ):
+        if not isinstance(enrolled, dict):
             raise ValueError("voice-print file: 'enrolled' must map names to {'globals': [...]}")
-        checked = [
-            (*self._check_enrolment(n, e["globals"]), _reference_of(n, e))
-            for n, e in enrolled.items()
-        ]
+        lenient = replace_enrolled
+
+        def skip(what: str, e: Exception) -> None:
+            if not lenient:
+                raise e
+            logger.warning(f"voices file: {what} skipped: {e}")
+
+        checked = {}
+        for n, e in enrolled.items():
+            try:
+                checked[n] = self._enrolled_from_file(n, e)
+            except ValueError as error:
+                skip(f"enrolled voice {n!r}", error)
         loaded: dict[str, VoicePrint] = {}
         for name, entry in entries.items():
-            voice = self.resolve(name)
-            if not voice.generated:
-                raise ValueError(f"voice {name!r} is not generated by the model: nothing to pin")
-            prefix = entry.get("prefix") if isinstance(entry, dict) else None
-            if not isinstance(prefix, list) or not all(isinstance(t, int) for t in prefix):
-                raise ValueError(f"voice {name!r}: 'prefix' must be a list of token ids")
-            codes = check_prefix(prefix)
-            if list(codes) != entry.get("globals"):
-                raise ValueError(f"voice {name!r}: 'globals' do not match the prefix")
-            loaded[voice.name] = VoicePrint(tuple(prefix), tuple(codes))
+            try:
+                voice, pin = self._pin_from_file(name, entry, check_prefix)
+            except ValueError as error:
+                skip(f"the pinned print of {name!r}", error)
+                continue
+            if not (lenient and voice in self.pinned):
+                loaded[voice] = pin
         self.pinned.update(loaded)
         if replace_enrolled:
-            for gone in self.enrolled - {key for key, _, _ in checked}:
+            for gone in self.enrolled - {key for key, _ in checked.values()}:
                 self.forget(gone)
-        for key, codes, (semantic, transcript) in checked:
-            self.enrol(key, codes, semantic, transcript)
-        return sorted(loaded) + sorted(key for key, _, _ in checked)
+        for key, (voice, owner, shared) in checked.values():
+            self.voices[key] = voice
+            self.enrolled.add(key)
+            self.owners[key] = owner
+            (self.shared.add if shared else self.shared.discard)(key)
+        return sorted(loaded) + sorted(key for key, _ in checked.values())
+
+    def _enrolled_from_file(self, name: Any, entry: Any) -> tuple[str, tuple[Voice, str, bool]]:
+        """(key, (voice, owner, shared)) of an enrolled entry of a file; ValueError if unusable."""
+        if not isinstance(entry, dict) or not isinstance(entry.get("globals"), list):
+            raise ValueError(f"voice {name!r}: expected {{'globals': [...]}}")
+        owner, shared = entry.get("owner", OPERATOR), entry.get("shared", False)
+        if not isinstance(owner, str) or not isinstance(shared, bool):
+            raise ValueError(f"voice {name!r}: 'owner' must be text and 'shared' true or false")
+        key = check_voice_name(name)
+        if key in self.reserved or (key not in self.enrolled and key in self.voices):
+            raise EnrolmentError(
+                f"voice name {key!r} belongs to a built-in voice of this checkpoint, or is "
+                "reserved on this server",
+                code=EnrolmentError.NAME_TAKEN,
+            )
+        codes = check_globals(list(entry["globals"]), self.num_globals, f"voice {key!r}")
+        semantic, transcript = _reference_of(key, entry)
+        voice = Voice(name=key, globals=codes, semantic=semantic, transcript=transcript)
+        return key, (voice, owner, shared)
+
+    def _pin_from_file(
+        self, name: str, entry: Any, check_prefix: Callable[[Sequence[int]], tuple[int, ...]]
+    ) -> tuple[str, VoicePrint]:
+        voice = self.resolve(name)
+        if not voice.generated:
+            raise ValueError(f"voice {name!r} is not generated by the model: nothing to pin")
+        prefix = entry.get("prefix") if isinstance(entry, dict) else None
+        if not isinstance(prefix, list) or not all(isinstance(t, int) for t in prefix):
+            raise ValueError(f"voice {name!r}: 'prefix' must be a list of token ids")
+        codes = check_prefix(prefix)
+        if list(codes) != entry.get("globals"):
+            raise ValueError(f"voice {name!r}: 'globals' do not match the prefix")
+        return voice.name, VoicePrint(tuple(prefix), tuple(codes))
 
 
-def _enrolled_entry(voice: Voice) -> dict[str, Any]:
-    """An enrolled voice in a voice-print file: its globals, and its transcript-mode reference."""
+def _enrolled_entry(voice: Voice, owner: str, shared: bool) -> dict[str, Any]:
+    """An enrolled voice in a voice-print file.
+
+    Its globals, its transcript-mode reference, its owner (none: the operator's) and whether it
+    is shared.
+    """
     entry: dict[str, Any] = {"globals": list(voice.globals or ())}
     if voice.semantic is not None:
         entry.update(semantic=list(voice.semantic), transcript=voice.transcript)
+    if owner:
+        entry["owner"] = owner
+    if shared:
+        entry["shared"] = True
     return entry
 
 

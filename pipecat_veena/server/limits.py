@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 from collections import Counter
 
@@ -51,6 +52,21 @@ def authenticate(settings: ServerSettings, authorization: str | None, query_key:
     raise ProtocolError(
         ErrorCode.UNAUTHORIZED, "the API key is not valid here; check the server's key file"
     )
+
+
+def voice_owner(settings: ServerSettings, connection: HTTPConnection) -> str:
+    """Who owns what this caller enrols: a fingerprint of its API key (never the key).
+
+    An authenticated request's key (``Authorization: Bearer``, else the ``api_key`` query
+    parameter); ``""`` (the operator: one owner, everyone) on a server without keys.
+    """
+    if not settings.api_keys:
+        return ""
+    authorization = connection.headers.get("authorization") or ""
+    scheme, _, value = authorization.partition(" ")
+    key = value.strip() if scheme.lower() == "bearer" else ""
+    key = key or connection.query_params.get("api_key") or ""
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def client_address(connection: HTTPConnection) -> str | None:

@@ -41,7 +41,7 @@ from pipecat_veena.server.http_stream import (
     PumpStopped,
     StreamAborted,
 )
-from pipecat_veena.server.limits import authenticate, client_address
+from pipecat_veena.server.limits import authenticate, client_address, voice_owner
 from pipecat_veena.server.settings import OPENAI_VOICES, ServerSettings
 from pipecat_veena.server.speech import SpeechRun
 from pipecat_veena.server.state import SpeechServer
@@ -70,6 +70,8 @@ _STATUS = {
     ErrorCode.UNSUPPORTED_CODEC: 415,
     ErrorCode.BAD_VOICE_CLIP: 422,
     ErrorCode.VOICE_NAME_TAKEN: 409,
+    ErrorCode.VOICE_NOT_OWNED: 403,
+    ErrorCode.TOO_MANY_VOICES: 409,
     ErrorCode.TRANSCRIPT_UNSUPPORTED: 422,
     ErrorCode.ENROLMENT_UNSUPPORTED: 422,
 }
@@ -216,7 +218,7 @@ async def speech(request: Request) -> Response:
         server.check_text(req.input)
         if not server.speakable(req.input):
             raise _bad("'input' has nothing to say (no letters or digits outside markup)")
-        voice = server.resolve_voice(req.voice)
+        voice = server.resolve_voice(req.voice, voice_owner(settings, request))
         server.check_options(req.options)
         run = SpeechRun(
             server, api="http", key=key, voice=voice, options=req.options,
@@ -322,9 +324,11 @@ def admitted(request: Request) -> SpeechServer:
 
 @router.get("/v1/audio/voices")
 async def voices(request: Request) -> Response:
-    """The checkpoint's voices (default first), what OpenAI's voice names map to, the model.
+    """The voices this caller may use (default first), OpenAI's names' map, the model.
 
-    ``voices`` holds the enrolled voices too, ``enrolled`` only those (``POST`` enrols one);
+    ``voices`` holds the enrolled voices the caller may use too, ``enrolled`` only those
+    (``POST`` enrols one); ``owned``: the enrolled voices this caller may remove (its own);
+    ``shared``: the enrolled voices every caller may use. Another key's voice is not listed.
     ``demo`` is true on a demo checkpoint (random weights: its voices make sound, not words).
     """
     try:
@@ -332,10 +336,13 @@ async def voices(request: Request) -> Response:
     except ProtocolError as e:
         return error_response(e)
     engine = server.engine
+    names, enrolled = server.voices_for(voice_owner(server.settings, request))
     return JSONResponse(
         {
-            "voices": list(engine.voices),
-            "enrolled": list(getattr(engine, "enrolled_voices", [])),
+            "voices": names,
+            "enrolled": sorted(enrolled),
+            "owned": sorted(n for n, (owned, _) in enrolled.items() if owned),
+            "shared": sorted(n for n, (_, shared) in enrolled.items() if shared),
             "default": engine.voices[0],
             "voice_levels": server.voice_levels,
             "openai_aliases": {name: server.voice_map[name] for name in OPENAI_VOICES},

@@ -215,14 +215,29 @@ async def serve_until_signalled(handle: ServerHandle, *, on_ready: Any = None) -
 
 
 def _reload_voices(handle: ServerHandle) -> None:
-    """SIGHUP: read the engine's voices file again now (enrolled voices, pinned prints)."""
+    """SIGHUP: read the engine's voices file again now (enrolled voices, pinned prints).
+
+    The reading runs on a worker thread (a large file takes a while to parse), never on the
+    event loop.
+    """
     refresh = getattr(handle.state.engine, "refresh_voices", None)
     if refresh is None:
         logger.info("speech server: SIGHUP: this engine has no voices file to reload")
         return
-    try:
-        reloaded = refresh(now=True)
-    except Exception as e:  # not started yet: the start reads the file anyway
-        logger.warning(f"speech server: SIGHUP: voices file not reloaded: {e}")
-        return
-    logger.info(f"speech server: SIGHUP: voices file {'reloaded' if reloaded else 'unchanged'}")
+
+    async def reload() -> None:
+        try:
+            reloaded = await asyncio.to_thread(refresh, now=True)
+        except Exception as e:  # not started yet: the start reads the file anyway
+            logger.warning(f"speech server: SIGHUP: voices file not reloaded: {e}")
+            return
+        logger.info(
+            f"speech server: SIGHUP: voices file {'reloaded' if reloaded else 'unchanged'}"
+        )
+
+    task = asyncio.get_running_loop().create_task(reload())
+    _RELOADS.add(task)  # a reference until it is done (the loop keeps only a weak one)
+    task.add_done_callback(_RELOADS.discard)
+
+
+_RELOADS: set[asyncio.Task[None]] = set()

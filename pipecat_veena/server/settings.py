@@ -81,6 +81,8 @@ class ServerSettings:
         voice_map: OpenAI voice name -> checkpoint voice (None: female-sounding names to
             ``female`` and the others to ``male`` when the checkpoint has both, else every
             name to the default voice).
+        max_enrolled_voices: most enrolled voices (all keys together, the operator's
+            included); an enrolment past it gets 409 ``too_many_voices`` (None: no cap).
     """
 
     api_keys: Mapping[str, str] = field(default_factory=dict)
@@ -102,6 +104,7 @@ class ServerSettings:
     max_header_bytes: int = 16 * 1024
     max_headers: int = 100
     voice_map: Mapping[str, str] | None = None
+    max_enrolled_voices: int | None = 1000
 
     def __post_init__(self) -> None:
         for name in ("max_streams", "max_text_chars", "max_message_bytes", "max_upload_bytes",
@@ -110,7 +113,8 @@ class ServerSettings:
                      "max_headers"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_streams_per_key", "max_streams_per_anonymous_client"):
+        for name in ("max_streams_per_key", "max_streams_per_anonymous_client",
+                     "max_enrolled_voices"):  # fmt: skip
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("idle_timeout_s", "slow_client_timeout_s", "drain_timeout_s",

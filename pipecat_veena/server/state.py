@@ -75,6 +75,7 @@ class SpeechServer:
         self.draining = False
         self.failed: str | None = None
         self.voice_map: dict[str, str] = {}
+        self.builtin_voices: set[str] = set()
         self.voice_levels = False
         self.tag = uuid.uuid4().hex[:6]
         self._ids = itertools.count(1)
@@ -118,6 +119,11 @@ class SpeechServer:
         await asyncio.shield(self._start_task)
 
     def _setup_voices(self) -> None:
+        """The OpenAI names' map, and the names nobody may enrol.
+
+        Never fails: a map naming a voice the engine lacks (an enrolled voice removed since) is
+        a warning, and that alias answers ``unknown_voice`` saying why until the voice exists.
+        """
         engine = self.engine
         try:
             engine.check_voice(_LEVELS_PROBE)
@@ -131,11 +137,23 @@ class SpeechServer:
                 mapping = {v: "female" if v in OPENAI_FEMALE else "male" for v in OPENAI_VOICES}
             else:
                 mapping = {v: engine.voices[0] for v in OPENAI_VOICES}
-        # raises UnknownVoiceError (the start fails) for a map naming a voice the model lacks
         self.voice_map = {
             **{v: engine.voices[0] for v in OPENAI_VOICES},
-            **{k: engine.check_voice(v) for k, v in mapping.items()},
+            **{k.strip().lower(): v for k, v in mapping.items()},
         }
+        enrolled = set(getattr(engine, "enrolled_voices", ()))
+        self.builtin_voices = set(engine.voices) - enrolled
+        for alias, target in sorted(self.voice_map.items()):
+            try:
+                self.voice_map[alias] = engine.check_voice(target)
+            except (UnknownVoiceError, ValueError) as e:
+                logger.warning(
+                    f"speech server: voice map {alias}={target}: the engine has no voice "
+                    f"{target!r} ({e}); {alias!r} answers unknown_voice until it has one"
+                )
+        reserve = getattr(engine, "reserve_voice_names", None)
+        if reserve is not None:
+            reserve(self.voice_map)
 
     async def close(self) -> None:
         """Cancel what is in flight and stop the engine if this app owns it."""
@@ -257,22 +275,55 @@ class SpeechServer:
             )
         return None
 
-    def resolve_voice(self, name: str | None) -> str:
+    def resolve_voice(self, name: str | None, owner: str | None = None) -> str:
         """The engine voice for ``name``: a checkpoint voice, or an OpenAI name via the map.
 
+        Args:
+            name: the voice a request names (None: the default).
+            owner: the caller (``limits.voice_owner``): another owner's enrolled voice is
+                unknown to them. None: no owner check.
+
         Raises:
-            ProtocolError: ``unknown_voice``, listing both kinds of names.
+            ProtocolError: ``unknown_voice``, listing both kinds of names the caller may use.
         """
+        engine = self.engine
+        key = name.strip().lower() if isinstance(name, str) else None
+        if key in self.voice_map and key not in self.builtin_voices:
+            target = self.voice_map[key]
+            try:
+                return engine.check_voice(target)  # the operator's map: every caller's
+            except UnknownVoiceError:
+                raise ProtocolError(
+                    ErrorCode.UNKNOWN_VOICE,
+                    f"voice {key!r} maps to {target!r} on this server (its voice map), and "
+                    f"{target!r} is no voice here now: send another voice, or ask the operator "
+                    "to fix the map (pipecat-veena serve --voice-map)",
+                ) from None
         try:
-            return self.engine.check_voice(name)
+            if owner is not None and hasattr(engine, "voice_access"):  # an engine with owners
+                return engine.check_voice(name, owner)
+            return engine.check_voice(name)
         except UnknownVoiceError as e:
-            mapped = self.voice_map.get(str(name).strip().lower())
-            if mapped is not None:
-                return mapped
             raise ProtocolError(
                 ErrorCode.UNKNOWN_VOICE,
                 f"{e}; OpenAI voice names work too: {', '.join(OPENAI_VOICES)}",
             ) from None
+
+    def voices_for(self, owner: str | None) -> tuple[list[str], dict[str, tuple[bool, bool]]]:
+        """The voices a caller may use (default first), and its usable enrolled voices.
+
+        Returns:
+            (voice names, enrolled name -> (the caller may remove it, every caller may use it)).
+            Another key's enrolled voice is in neither.
+        """
+        engine = self.engine
+        access = getattr(engine, "voice_access", None)
+        if access is None:  # an engine without owners: every enrolled voice is everyone's
+            enrolled = {n: (False, True) for n in getattr(engine, "enrolled_voices", [])}
+            return list(engine.voices), enrolled
+        enrolled = access(owner)
+        names = [n for n in engine.voices if n in enrolled or n in self.builtin_voices]
+        return names, enrolled
 
     def check_text(self, text: str, ref: str | None = None) -> None:
         """Raise ``text_too_long`` for text over the cap."""

@@ -15,6 +15,7 @@ upload gets 429 ``uploads_busy`` with ``Retry-After``.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -24,6 +25,7 @@ from starlette.datastructures import FormData, UploadFile
 
 from pipecat_veena.errors import EnrolmentError, UnknownVoiceError
 from pipecat_veena.remote.protocol import ErrorCode, ProtocolError
+from pipecat_veena.server.limits import voice_owner
 from pipecat_veena.server.openai_routes import admitted, error_response, read_body
 from pipecat_veena.server.state import SpeechServer
 from pipecat_veena.server.uploads import decode_clip, parse_form
@@ -98,7 +100,8 @@ async def enrol(request: Request) -> Response:
         form = await parse_form(request.headers, body)
         try:
             _check_consent(form)
-            name = engine.check_enrolment(_field(form, "name") or "")
+            who = _ownership(server, request, form)  # owner, replace, limit
+            name = engine.check_enrolment(_field(form, "name") or "", **who)
             transcript = _check_transcript(engine, form)
             data = await _upload(form)
         finally:
@@ -110,7 +113,7 @@ async def enrol(request: Request) -> Response:
             del data
             extra = {"transcript": transcript} if transcript is not None else {}
             voice = await engine.enroll_voice(
-                name, samples, rate, executor=workers.executor, **extra
+                name, samples, rate, executor=workers.executor, **who, **extra
             )
     except ProtocolError as e:
         server.metrics.error("http", e.code)
@@ -135,12 +138,36 @@ async def enrol(request: Request) -> Response:
 _FILE_CODES = (ErrorCode.NOT_AUDIO, ErrorCode.UNSUPPORTED_CODEC, ErrorCode.BAD_VOICE_CLIP)
 
 
+def _ownership(server: SpeechServer, request: Request, form: FormData) -> dict[str, Any]:
+    """Whose voice an enrolment makes, whether it may replace theirs, the cap on voices.
+
+    The voice belongs to the caller's key (``limits.voice_owner``); re-enrolling one's own name
+    replaces it only with ``replace=true`` (else 409 ``voice_name_taken`` saying so).
+    """
+    replace = (_field(form, "replace") or "").strip().lower()
+    if replace not in ("", *CONSENT_VALUES, "false", "0", "no", "off"):
+        raise ProtocolError(
+            ErrorCode.BAD_MESSAGE, f"'replace' must be true or false, got {replace[:20]!r}"
+        )
+    return {
+        "owner": voice_owner(server.settings, request),
+        "replace": replace in CONSENT_VALUES,
+        "limit": server.settings.max_enrolled_voices,
+    }
+
+
 @router.delete("/v1/audio/voices/{name}")
 async def remove(request: Request, name: str) -> Response:
-    """Remove an enrolled voice (built-in voices stay); 404 for a name that is no voice."""
+    """Remove one's own enrolled voice (built-in voices stay).
+
+    404 for a name that is no voice, or another key's voice; 403 ``voice_not_owned`` for a
+    voice shared with the caller but not theirs. The voices file is changed on a worker thread.
+    """
     try:
-        engine = _enrolling_engine(admitted(request))
-        key = engine.remove_voice(name)
+        server = admitted(request)
+        engine = _enrolling_engine(server)
+        owner = voice_owner(server.settings, request)
+        key = await asyncio.to_thread(engine.remove_voice, name, owner)
     except ProtocolError as e:
         return error_response(e)
     except UnknownVoiceError as e:

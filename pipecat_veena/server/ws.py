@@ -119,7 +119,7 @@ class Connection:
         return Ready(
             model=engine.model_name,
             sample_rate=engine.sample_rate,
-            voices=list(engine.voices),
+            voices=self.server.voices_for(voice_owner(self.settings, self.ws))[0],
             default_voice=engine.voices[0],
             voice_levels=self.server.voice_levels,
             limits=self.settings.limits(),

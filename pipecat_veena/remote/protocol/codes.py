@@ -57,6 +57,8 @@ class ErrorCode:
     BAD_VOICE_CLIP = EnrolmentError.BAD_CLIP
     BAD_VOICE_NAME = EnrolmentError.BAD_NAME
     VOICE_NAME_TAKEN = EnrolmentError.NAME_TAKEN
+    VOICE_NOT_OWNED = EnrolmentError.NOT_OWNER
+    TOO_MANY_VOICES = EnrolmentError.TOO_MANY_VOICES
     ENROLMENT_UNSUPPORTED = EnrolmentError.UNSUPPORTED
     CONSENT_REQUIRED = "consent_required"
     TRANSCRIPT_UNSUPPORTED = "transcript_unsupported"
