@@ -128,25 +128,33 @@ def timestamps_message(context_id: str, words: list[WordTiming]) -> str:
 
 
 # -- audio ----------------------------------------------------------------------------------
+#: G.711 segment ends (μ-law on 14-bit, A-law on 13-bit magnitudes).
+_ULAW_SEGMENTS = np.array([0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF])
+_ALAW_SEGMENTS = np.array([0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF])
+
+
 def encode_pcm(pcm: bytes, encoding: str) -> bytes:
-    """Mono int16 PCM in ``encoding`` (one of ``ENCODINGS``); G.711 as ITU-T specifies it."""
+    """Mono int16 PCM in ``encoding`` (one of ``ENCODINGS``); G.711 bit-exact with audioop."""
     if encoding == "pcm_s16le":
         return pcm
     x = np.frombuffer(pcm, dtype="<i2").astype(np.int32)
     if encoding == "pcm_f32le":
         return (x / 32768.0).astype("<f4").tobytes()
-    if encoding == "pcm_mulaw":
-        sign = np.where(x < 0, 0x80, 0)
-        mag = np.minimum(np.abs(x), 32635) + 0x84
-        exponent = np.floor(np.log2(mag >> 7)).astype(np.int32)
-        mantissa = (mag >> (exponent + 3)) & 0x0F
-        return (~(sign | (exponent << 4) | mantissa) & 0xFF).astype(np.uint8).tobytes()
-    if encoding == "pcm_alaw":
-        mag = np.where(x >= 0, x, ~x) >> 4  # 0..2047
-        seg = np.maximum(np.floor(np.log2(np.maximum(mag, 1))).astype(np.int32) - 3, 0)
-        code = np.where(seg == 0, mag, (seg << 4) | ((mag >> np.maximum(seg - 1, 0)) & 0x0F))
-        code = code | np.where(x >= 0, 0x80, 0)
-        return ((code ^ 0x55) & 0xFF).astype(np.uint8).tobytes()
+    if encoding == "pcm_mulaw":  # on 14 bits, bias 33, clip 8159 (Sun's g711.c, audioop)
+        v = x >> 2
+        mask = np.where(v < 0, 0x7F, 0xFF)
+        mag = np.minimum(np.abs(v), 8159) + 33
+        seg = np.searchsorted(_ULAW_SEGMENTS, mag)
+        code = np.where(seg >= 8, 0x7F, (seg << 4) | ((mag >> np.minimum(seg + 1, 8)) & 0x0F))
+        return ((code ^ mask) & 0xFF).astype(np.uint8).tobytes()
+    if encoding == "pcm_alaw":  # on 13 bits, even bits inverted
+        v = x >> 3
+        mask = np.where(v >= 0, 0xD5, 0x55)
+        mag = np.where(v >= 0, v, -v - 1)
+        seg = np.searchsorted(_ALAW_SEGMENTS, mag)
+        quant = (mag >> np.clip(seg, 1, 8)) & 0x0F
+        code = np.where(seg >= 8, 0x7F, (seg << 4) | quant)
+        return ((code ^ mask) & 0xFF).astype(np.uint8).tobytes()
     raise ValueError(f"unknown encoding {encoding!r}")
 
 
