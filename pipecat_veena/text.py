@@ -151,6 +151,35 @@ def complete_sentences(text: str) -> tuple[str, str]:
     return text[:cut], text[cut:]
 
 
+#: How far back from the end of the open text a mark (punctuation, a symbol, a line break) still
+#: makes ``add_sentences`` re-split: past it, text the splitter could read as context for the
+#: mark (the next word's first letters) has all arrived.
+_SETTLED_CHARS = 32
+
+
+def _plain(text: str) -> bool:
+    """True when ``text`` holds only letters, digits, combining marks and plain spaces."""
+    return all(c == " " or c.isalnum() or unicodedata.category(c)[0] == "M" for c in text)
+
+
+def add_sentences(pending: str, text: str) -> tuple[str, str]:
+    """``complete_sentences(pending + text)``, re-splitting only when ``text`` may end a sentence.
+
+    For text streamed piece by piece: ``pending`` is the rest this (or ``complete_sentences``)
+    returned for the text before. A sentence can only end at a mark (``.`` ``।`` ``?``, a line
+    break...), so when ``text`` is plain (letters, digits, marks, spaces) and the last
+    ``_SETTLED_CHARS`` characters of ``pending`` are too, nothing can be cut: ``text`` is added
+    at once, without a splitter call (the work of that append is its own length). Otherwise the
+    open sentence is split again, as ``complete_sentences`` does.
+
+    Returns:
+        (the complete sentences, the rest); their concatenation is ``pending + text``.
+    """
+    if _plain(text) and _plain(pending[-_SETTLED_CHARS:]):
+        return "", pending + text
+    return complete_sentences(pending + text)
+
+
 @dataclass(frozen=True)
 class Part:
     """One prompt of an utterance and the written text it speaks.

@@ -22,7 +22,7 @@ from pipecat_veena.server.outbox import Outbox
 from pipecat_veena.server.settings import ServerSettings
 from pipecat_veena.server.speech import SpeechRun
 from pipecat_veena.server.state import SpeechServer
-from pipecat_veena.text import complete_sentences
+from pipecat_veena.text import add_sentences
 
 
 class Connection(Protocol):
@@ -114,7 +114,7 @@ class WsUtterance:
         self._add(text)
 
     def _add(self, text: str) -> None:
-        complete, self.pending = complete_sentences(self.pending + text)
+        complete, self.pending = add_sentences(self.pending, text)  # re-split when needed
         if complete.strip():
             self.texts.put_nowait(complete)
         else:  # white space alone stays: later words' offsets count it
