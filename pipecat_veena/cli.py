@@ -218,9 +218,11 @@ async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: obj
         console_error(args.log_format, f"cannot listen on {args.host}:{args.port}: {e}")
         return 2
     if status and handle.state.failed:
-        print(f"error: the engine failed to start: {handle.state.failed}", file=sys.stderr)
+        console_error(args.log_format, f"the engine failed to start: {handle.state.failed}")
     elif status:
-        print("error: the engine died and could not be restarted (see the log)", file=sys.stderr)
+        console_error(
+            args.log_format, "the engine died and could not be restarted (see the log)"
+        )
     console(args.log_format, "stopped", "stopped", status=status)
     return status
 
