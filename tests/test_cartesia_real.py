@@ -116,6 +116,65 @@ async def test_pipecat_speaks_every_word_as_written(real):
     await _idle_after(engine, server)
 
 
+async def test_pipecat_token_aggregation_is_buffered_to_sentences(real):
+    """TOKEN aggregation sends each LLM token as it comes (no max_buffer_delay_ms): the server
+    joins them and speaks whole sentences; the words come back as written."""
+    from pipecat.frames.frames import (
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+    )
+    from pipecat.services.tts_service import TextAggregationMode
+
+    engine, recorder, server = real
+    tokens = [t for word in TEXT.split(" ") for t in (word[:3], word[3:] + " ") if t]
+    tokens[-1] = tokens[-1].rstrip()
+    assert "".join(tokens) == TEXT
+    before = set(recorder.outputs)
+    tts = CartesiaTTSService(
+        api_key=KEY, url=_ws_url(server), settings=CartesiaTTSService.Settings(voice="female"),
+        text_aggregation_mode=TextAggregationMode.TOKEN,
+    )  # fmt: skip
+    down, up = await run_test(
+        tts,
+        frames_to_send=[
+            LLMFullResponseStartFrame(), *(LLMTextFrame(t) for t in tokens),
+            LLMFullResponseEndFrame(),
+        ],  # fmt: skip
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    said = [f.text.strip() for f in down if isinstance(f, TTSTextFrame)]
+    assert said == WORDS
+    requests = set(recorder.outputs) - before
+    assert len(requests) <= 3  # sentences, not tokens (an engine request per sentence at most)
+    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    assert sum(len(f.audio) for f in audio) // 2 == _native_samples(engine, recorder, requests)
+    await _idle_after(engine, server)
+
+
+async def test_cancel_stops_the_engine_at_once(real):
+    """``cancel`` mid-answer over a raw socket: the engine has no request left within a few
+    milliseconds (measured; the bound here is loose for a shared test machine)."""
+    engine, _, server = real
+    async with websockets.connect(_ws_url(server), additional_headers={"X-API-Key": KEY}) as ws:
+        await ws.send(_generate("long", LONG, more=False))
+        await _until(ws, lambda m: m["type"] == "chunk", 120)
+        assert engine.stats()["unfinished_requests"] == 1
+        await ws.send(json.dumps({"context_id": "long", "cancel": True}))
+        sent = time.monotonic()
+        for _ in range(10_000):  # (10 s at most)
+            if not engine.stats()["unfinished_requests"]:
+                break
+            await asyncio.sleep(0.001)
+        idle_ms = (time.monotonic() - sent) * 1000
+        done = await _until(ws, lambda m: m["context_id"] == "long" and m["type"] == "done")
+        assert done["done"] is True
+    print(f"engine idle {idle_ms:.1f} ms after the cancel")
+    assert idle_ms < 1000
+    await _idle_after(engine, server)
+
+
 async def test_pipecat_barge_in_leaves_no_engine_work(real):
     """An interruption mid-answer: Pipecat sends ``cancel``; the engine is idle right after,
     and the next answer plays."""
