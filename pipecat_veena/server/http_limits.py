@@ -7,7 +7,10 @@ may trickle in forever (slowloris), and its httptools parser takes any header si
 settings:
 
 - ``max_connections``: a connection over the cap gets a 503 (``too_many_connections``) and is
-  closed at once (WebSocket connections count too);
+  closed (WebSocket connections count too). The first ``PROBE_ROOM`` connections over it may
+  still ask for a probe (``GET /health``, ``/ready``, ``/metrics``: answered, then closed), so
+  that a flood of idle connections does not make a liveness probe kill a healthy pod; they get
+  ``PROBE_HEAD_S`` to send it, any other request the 503. Past that room, the 503 comes at once;
 - ``header_timeout_s``: from the moment a connection opens, or a response ends, the next
   request head must arrive whole within it; else the connection is closed (with a 408
   ``request_timeout`` when part of a head had arrived). The same deadline closes a connection
@@ -42,6 +45,12 @@ from pipecat_veena.server.settings import ServerSettings
 MAX_HEADER_LINE = 8192
 #: Seconds between two warnings about refused connections (an attack must not flood the log).
 _WARN_EVERY_S = 10.0
+#: Connections over ``max_connections`` that may still ask for a probe path, each closed after
+#: its answer (a kubelet opens a new connection for each probe).
+PROBE_ROOM = 8
+PROBE_PATHS = frozenset({"/health", "/ready", "/metrics"})
+#: How long a connection over the cap gets to send its probe's request head.
+PROBE_HEAD_S = 1.0
 
 
 class _Connection(h11.Connection):
@@ -94,22 +103,27 @@ class LimitedH11Protocol(H11Protocol):
         self.conn = _Connection(self.settings)
         self._head_timer: asyncio.TimerHandle | None = None
         self._answered = False
+        self._refusal: ProtocolError | None = None  # over the cap: probes only
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Refuse the connection over ``max_connections``; else start the head deadline."""
         super().connection_made(transport)
         cap = self.settings.max_connections
-        if len(self.connections) > cap:
+        over = len(self.connections) - cap
+        if over > 0:
             self._warn(f"speech server: {len(self.connections) - 1} connections open, the cap is "
                        f"{cap} (max_connections): refused one")  # fmt: skip
-            self._answer(
-                ProtocolError(
-                    ErrorCode.TOO_MANY_CONNECTIONS,
-                    f"the server is at its cap of {cap} open connections; retry shortly or "
-                    "use another server",
-                ),
-                linger=False,  # nothing was asked yet: free the socket at once
+            refusal = ProtocolError(
+                ErrorCode.TOO_MANY_CONNECTIONS,
+                f"the server is at its cap of {cap} open connections; retry shortly or use "
+                "another server",
             )
+            if over > PROBE_ROOM:
+                self._answer(refusal, linger=False)  # nothing was asked yet: free it at once
+                return
+            self._refusal = refusal
+            self.app = _probes_only(self.app, refusal)
+            self._arm_head_timer(min(self.settings.header_timeout_s, PROBE_HEAD_S))
             return
         self._arm_head_timer()
 
@@ -130,12 +144,17 @@ class LimitedH11Protocol(H11Protocol):
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
         """Hand over to the WebSocket protocol, which has its own timeouts."""
         self._disarm_head_timer()
+        if self._refusal is not None:  # over the cap
+            self._answer(self._refusal)
+            return
         super().handle_websocket_upgrade(event)
 
     def on_response_complete(self) -> None:
         """Start the next head's deadline (uvicorn's keep-alive timeout runs alongside)."""
         super().on_response_complete()
-        if not self.transport.is_closing():
+        if self._refusal is not None:  # a probe over the cap was answered: free its room
+            self.transport.close()
+        elif not self.transport.is_closing():
             self._arm_head_timer()
 
     def send_400_response(self, msg: str) -> None:
@@ -147,10 +166,10 @@ class LimitedH11Protocol(H11Protocol):
         self._warn(f"speech server: refused a request from {self.client}: {refusal.message}")
         self._answer(refusal)
 
-    def _arm_head_timer(self) -> None:
+    def _arm_head_timer(self, seconds: float | None = None) -> None:
         self._disarm_head_timer()
         self._head_timer = self.loop.call_later(
-            self.settings.header_timeout_s, self._head_timed_out
+            self.settings.header_timeout_s if seconds is None else seconds, self._head_timed_out
         )
 
     def _disarm_head_timer(self) -> None:
@@ -162,6 +181,9 @@ class LimitedH11Protocol(H11Protocol):
         self._head_timer = None
         if self.transport.is_closing() or self._answered:
             self.transport.close()
+            return
+        if self._refusal is not None:  # over the cap, and no probe came
+            self._answer(self._refusal, linger=False)
             return
         if self.conn.their_state is h11.IDLE and self.conn.trailing_data[0]:
             self._answer(
@@ -203,6 +225,21 @@ class LimitedH11Protocol(H11Protocol):
         if now - cls._last_warning >= _WARN_EVERY_S:
             cls._last_warning = now
             logger.warning(message)
+
+
+def _probes_only(app: Any, refusal: ProtocolError) -> Any:
+    """``app`` for the probe paths only; every other request gets ``refusal`` (a 503)."""
+
+    async def guarded(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] in PROBE_PATHS and scope["method"] in (
+            "GET",
+            "HEAD",
+        ):
+            await app(scope, receive, send)
+            return
+        await error_response(refusal)(scope, receive, send)
+
+    return guarded
 
 
 def protocol_for(settings: ServerSettings) -> type[LimitedH11Protocol]:
