@@ -254,3 +254,20 @@ async def test_bytes_endpoint(fmt, media, width):
             assert len(r.content) == head + width * engine.chunk_samples  # 2 chunks at 8 kHz
             r = await http.post(f"{handle.url}/tts/bytes", json={**body, "transcript": 5})
             assert r.status_code == 400 and r.json()["type"] == "error"
+
+
+def test_x_api_key_owns_the_same_voices_as_the_bearer_key():
+    """A voice enrolled with ``Authorization: Bearer K`` is the voice of ``X-API-Key: K``."""
+    from starlette.requests import Request
+
+    from pipecat_veena.server.limits import voice_owner
+
+    settings = ServerSettings(api_keys={"k1": "a", "k2": "b"})
+
+    def request(headers: dict[str, str]) -> Request:
+        raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        return Request({"type": "http", "headers": raw, "query_string": b""})
+
+    bearer = voice_owner(settings, request({"Authorization": "Bearer k1"}))
+    assert voice_owner(settings, request({"X-API-Key": "k1"})) == bearer
+    assert voice_owner(settings, request({"X-API-Key": "k2"})) != bearer

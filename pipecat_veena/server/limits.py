@@ -57,15 +57,17 @@ def authenticate(settings: ServerSettings, authorization: str | None, query_key:
 def voice_owner(settings: ServerSettings, connection: HTTPConnection) -> str:
     """Who owns what this caller enrols: a fingerprint of its API key (never the key).
 
-    An authenticated request's key (``Authorization: Bearer``, else the ``api_key`` query
-    parameter); ``""`` (the operator: one owner, everyone) on a server without keys.
+    An authenticated request's key (``Authorization: Bearer``, else ``X-API-Key``: Cartesia's
+    routes, else the ``api_key`` query parameter); ``""`` (the operator: one owner, everyone)
+    on a server without keys.
     """
     if not settings.api_keys:
         return ""
     authorization = connection.headers.get("authorization") or ""
     scheme, _, value = authorization.partition(" ")
     key = value.strip() if scheme.lower() == "bearer" else ""
-    key = key or connection.query_params.get("api_key") or ""
+    key = key or connection.headers.get("x-api-key") or connection.query_params.get("api_key")
+    key = key or ""
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
