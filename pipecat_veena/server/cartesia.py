@@ -503,6 +503,8 @@ class CartesiaConnection(Connection):
                 buffer_delay_ms=req.buffer_delay_ms, voice_given=req.voice,
             )  # fmt: skip
             self._speak(speak)
+            if req.flush and req.more:
+                self.utterances[context_id].flush()
 
 
 async def cartesia_websocket(websocket: WebSocket) -> None:
