@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from engine_fakes import FakeBiCodec, ScriptedGenerator, make_checkpoint, spark_ids, well_formed
-from livekit.agents import APIConnectOptions, APIError, APITimeoutError
+from livekit.agents import APIConnectionError, APIConnectOptions, APIError, APITimeoutError
 
 from pipecat_veena.engine import AudioChunk, EngineConfig, VeenaEngine
 from pipecat_veena.engine_thread import EngineThread
@@ -229,7 +229,10 @@ async def test_a_stall_after_first_audio_is_a_timeout_not_endless_silence(stream
 
 @pytest.mark.parametrize(
     "error",
-    [EngineDeadError("fake: backend died"), EngineNotRunningError("fake: stopped")],
+    [
+        EngineDeadError("fake: backend died, no restart left", retryable=False),
+        EngineNotRunningError("fake: stopped"),
+    ],
 )
 async def test_engine_that_cannot_serve_is_not_retried(error):
     engine = FakeEngine(fail_at=0, failures=9, error=error)
@@ -238,6 +241,20 @@ async def test_engine_that_cannot_serve_is_not_retried(error):
     with pytest.raises(APIError, match=type(error).__name__):
         await tts.synthesize("Hello there.", conn_options=FAST).collect()
     assert len(engine.calls) == 1 and [e.recoverable for e in events.errors] == [False]
+
+
+async def test_engine_restarting_its_backend_is_a_retryable_connection_error():
+    """An engine whose LLM died and restarts raises a retryable EngineDeadError: LiveKit gets
+    an APIConnectionError and retries (before it, the dead engine was permanent)."""
+    error = EngineDeadError("fake: backend died; restarting")
+    engine = FakeEngine(fail_at=0, failures=1, error=error)
+    tts = VeenaTTS(engine)
+    frames = [f async for f in tts.synthesize("Hello there.", conn_options=FAST)]
+    assert len(engine.calls) == 2 and _samples(frames) > 0
+    down = FakeEngine(fail_at=0, failures=9, error=error)  # still restarting after the retries
+    with pytest.raises(APIConnectionError):
+        await VeenaTTS(down).synthesize("Hello there.", conn_options=FAST).collect()
+    assert len(down.calls) == 1 + FAST.max_retry
 
 
 async def test_speakable_text_without_audio_is_an_error_after_retries():
