@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -229,7 +228,22 @@ async def test_a_reload_runs_off_the_event_loop(tmp_path: Path) -> None:
 
     book.load_prints = recording  # type: ignore[method-assign]
     assert store.refresh(book, now=True) is False  # handed to a worker thread
-    deadline = time.monotonic() + 10
-    while len(book.enrolled) < 2000 and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(store._reloading, 30)
     assert len(book.enrolled) == 2000 and seen and loop_thread not in seen
+
+
+def test_a_reload_sees_every_changed_entry() -> None:
+    """Unchanged entries are not checked again on a reload (20,000 voices): changed ones are."""
+    book = _book()
+    data = {"format": PRINTS_FORMAT, "voices": {}, "enrolled": {
+        "asha": {"globals": CODES, "owner": A}, "ravi": {"globals": CODES}}}  # fmt: skip
+    book.load_prints(data, lambda prefix: (), replace_enrolled=True)
+    kept = book.voices["ravi"]
+    data = json.loads(json.dumps(data))
+    data["enrolled"]["asha"] = {"globals": [2] * 32, "owner": B, "shared": True}
+    book.load_prints(data, lambda prefix: (), replace_enrolled=True)
+    assert book.voices["asha"].globals == (2,) * 32 and book.owners["asha"] == B
+    assert book.shared == {"asha"} and book.voices["ravi"] is kept
+    book.reserved = frozenset({"ravi"})  # a name reserved since: skipped now
+    book.load_prints(data, lambda prefix: (), replace_enrolled=True)
+    assert book.enrolled == {"asha"}

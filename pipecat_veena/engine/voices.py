@@ -179,6 +179,8 @@ class VoiceBook:
     owners: dict[str, str] = field(default_factory=dict)
     shared: set[str] = field(default_factory=set)
     reserved: frozenset[str] = frozenset()
+    #: the last file's enrolled entries as parsed (an unchanged entry is not checked again)
+    _parsed: dict[str, tuple[Any, tuple]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def names(self) -> list[str]:
@@ -479,10 +481,15 @@ class VoiceBook:
 
         checked = {}
         for n, e in enrolled.items():
+            seen = self._parsed.get(n)
+            if seen is not None and seen[0] == e and seen[1][0] not in self.reserved:
+                checked[n] = seen[1]  # as the last file had it (20,000 voices: a reload is quick)
+                continue
             try:
                 checked[n] = self._enrolled_from_file(n, e)
             except ValueError as error:
                 skip(f"enrolled voice {n!r}", error)
+        self._parsed = {n: (enrolled[n], parsed) for n, parsed in checked.items()}
         loaded: dict[str, VoicePrint] = {}
         for name, entry in entries.items():
             try:

@@ -64,7 +64,7 @@ def write_voices_file(path: str | Path, data: dict[str, Any]) -> None:
     path = Path(path)
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        temporary.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        temporary.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")  # C encoder
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
@@ -316,7 +316,8 @@ class VoicesFile:
             data = read_voices_file(self.path, self.model)
             names = book.load_prints(data, self.check_prefix, replace_enrolled=True)
             self._seen = seen
-        logger.info(f"voices file {self.path} read: {', '.join(names) or '(no voices)'}")
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        logger.info(f"voices file {self.path} read: {shown or '(no voices)'}")
         return names
 
     def change(self, book: VoiceBook, change: Callable[[VoiceBook], T]) -> T:
