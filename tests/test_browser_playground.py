@@ -199,7 +199,7 @@ async def test_stop_cancels_on_the_server(chromium, real):
         u = await wait_for_end(page, within=30)
         assert u["state"] == "cancelled" and u["done"]["reason"] == "cancelled"
         assert u["playback"] == "stopped"
-        assert await page.inner_text("#state") == "cancelled"
+        assert await page.inner_text("#state") == "stopped"
         await settled(engine, server)
         assert await unfinished_on_metrics(server.url) == 0
         assert engine.stats()["unfinished_requests"] == 0
@@ -253,6 +253,31 @@ async def test_emoji_only_text_says_there_is_nothing_to_speak(chromium, real):
         assert u["done"]["warning"] == "nothing_to_speak"
         assert await page.inner_text("#state") == "nothing to speak"
         assert "nothing to speak" in await page.inner_text("#message")
+        assert console_errors(browser_page) == []
+    await settled(engine, server)
+
+
+@pytest.mark.vllm
+async def test_words_with_emoji_blank_lines_and_accents_get_their_spans(chromium, real):
+    """The real engine's word timings through the real server: each word the page got has its
+    span in the transcript (offset_utf16: emoji are two JavaScript units; the offsets count the
+    text as typed, blank lines and a decomposed accent included), highlighted in order."""
+    engine, _ = real
+    text = "नमस्ते 🙏 दोस्तों!\n\nCafe\u0301 😀 is open today."
+    async with serving(engine, demo=True) as server, open_page(chromium) as browser_page:
+        page = browser_page.page
+        await open_playground(page, server.url)
+        await speak(page, text, seed=6)
+        u = await wait_for_end(page)
+        spans = await page.eval_on_selector_all(
+            "#transcript .word", "s => s.map(e => e.textContent)"
+        )
+        assert u["state"] == "completed" and u["words"], u
+        assert spans == [w["word"] for w in u["words"]]
+        for w in u["words"]:
+            assert text[w["offset"] : w["offset"] + len(w["word"])] == w["word"]
+        shown = [h["index"] for h in u["highlights"] if h["index"] >= 0]
+        assert shown == sorted(set(shown)) and shown
         assert console_errors(browser_page) == []
     await settled(engine, server)
 

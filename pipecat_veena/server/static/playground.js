@@ -86,6 +86,8 @@ const page = {
   connection: "connecting",
   hint: null, // why playback stutters, when it does
   enrolled: null, // the last voice enrolled from this page (POST /v1/audio/voices), if any
+  enrolResult: null, // what the voice section last said: {text, kind}
+  source: null, // what Enrol sends: "recording", "file" or null (nothing yet)
   prebuffer: PREBUFFER_S, // seconds of audio the next answer waits for before it plays
   cleanAnswers: 0, // answers in a row that played without an underrun
 };
@@ -98,10 +100,43 @@ let redial = { attempt: 0, timer: null };
 let speaking = false; // a Speak click is being handled (the button keeps its focus)
 
 // -- messages and the API key -------------------------------------------------------------
-function showMessage(text) {
+// A message to the user: kind "error" (the default), "warning", "info" or "success", each
+// styled apart (playground.css).
+function showMessage(text, kind = "error") {
   page.message = text;
-  $("message").textContent = text;
-  $("message").hidden = !text;
+  showIn($("message"), text, kind);
+}
+
+// What the voice section says (enrol, delete, recording), shown next to its controls so that it
+// is in view where the user clicked, on a phone too.
+function showEnrolResult(text, kind = "error") {
+  page.enrolResult = text ? { text, kind } : null;
+  showIn($("enrol-result"), text, kind);
+  if (text) $("enrol-result").scrollIntoView({ block: "nearest" });
+}
+
+function showIn(element, text, kind) {
+  element.textContent = text;
+  element.dataset.kind = kind;
+  element.setAttribute("role", kind === "error" ? "alert" : "status");
+  element.hidden = !text;
+}
+
+// An HTTP error answer as {code, message}: the server's own error object, or plain words for
+// an answer without one (a proxy's page): never the raw body.
+const HTTP_WORDS = {
+  413: "the file is larger than this server accepts",
+  429: "the server is busy with other uploads: try again in a few seconds",
+  502: "the server is not available right now",
+  503: "the server is not available right now",
+  504: "the server did not answer in time",
+};
+
+function httpError(response, body) {
+  const error = body && body.error;
+  if (error && typeof error.message === "string" && error.message) return error;
+  const words = HTTP_WORDS[response.status] || `the server answered HTTP ${response.status}`;
+  return { code: `http_${response.status}`, message: words };
 }
 
 function apiKey() {
@@ -164,10 +199,10 @@ async function watchHealth() {
     const response = await fetch("/health", { signal });
     if (response.ok || response.status === 503) return; // 503: up, starting or draining
     throw new Error(`HTTP ${response.status}`);
-  } catch (e) {
+  } catch {
     if (page.connection !== "connected" && page.connection !== "idle") return;
     disconnect();
-    unreachable(`The speech server does not answer (${e.message})`);
+    unreachable("The speech server does not answer");
   }
 }
 
@@ -176,28 +211,61 @@ async function loadVoices() {
   let response;
   try {
     response = await fetch("/v1/audio/voices", { headers: authHeaders() });
-  } catch (e) {
-    unreachable(`The speech server does not answer (${e.message})`);
+  } catch {
+    unreachable("The speech server does not answer");
     return false;
   }
   const body = await response.json().catch(() => ({}));
   if (!response.ok) {
-    const error = body.error || { code: "http_" + response.status, message: response.statusText };
+    const error = httpError(response, body);
+    showVoices(null); // (a refused key sees none of the voices of the key before)
     if (response.status === 503 && error.code === "server_starting") {
-      showMessage("The engine is still loading; this page retries every 2 s.");
+      showMessage("The engine is still loading; this page retries every 2 s.", "info");
       setTimeout(refresh, 2000);
     } else {
       showMessage(describe(error));
     }
     return false;
   }
-  page.voices = body;
-  const select = $("voice");
-  select.replaceChildren(...body.voices.map((name) => new Option(name, name)));
-  select.value = body.default;
+  showVoices(body);
   $("demo").hidden = !body.demo;
   setConnection("connecting", `${body.model} · ${body.voices.length} voices`);
   return true;
+}
+
+// The voices the caller may delete (GET /v1/audio/voices: "owned", its own enrolled voices).
+function ownedVoices() {
+  return (page.voices && page.voices.owned) || [];
+}
+
+// The Voice list (keeping the choice where it is still there) and "Your voices", each with
+// its Delete button; `voices` null: none (the key was refused).
+function showVoices(voices) {
+  page.voices = voices;
+  const select = $("voice");
+  const chosen = select.value;
+  const names = voices ? voices.voices : [];
+  const owned = ownedVoices();
+  select.replaceChildren(
+    ...names.map((name) => new Option(owned.includes(name) ? `${name} (yours)` : name, name)),
+  );
+  if (voices) select.value = names.includes(chosen) ? chosen : voices.default;
+  const items = owned.map((name) => {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "delete";
+    button.textContent = "Delete";
+    button.dataset.voice = name;
+    button.setAttribute("aria-label", `Delete voice ${name}`);
+    button.onclick = () => deleteVoice(name);
+    const label = document.createElement("span");
+    label.textContent = name;
+    const item = document.createElement("li");
+    item.append(label, button);
+    return item;
+  });
+  $("owned").replaceChildren(...items);
+  $("no-voices").hidden = owned.length > 0;
 }
 
 // -- the WebSocket -----------------------------------------------------------------------
@@ -245,7 +313,7 @@ function onMessage(s, msg) {
     u.done = msg;
     u.state = msg.reason === "cancelled" ? "cancelled" : "completed";
     post({ type: "end" });
-    if (WARNINGS[msg.warning]) showMessage(WARNINGS[msg.warning][1]);
+    if (WARNINGS[msg.warning]) showMessage(WARNINGS[msg.warning][1], "warning");
   } else if (msg.type === "words" && u && msg.id === u.id) {
     u.words.push(...msg.words);
     showTranscript(u);
@@ -421,6 +489,7 @@ function newUtterance(id, rate, text) {
     text,
     sampleRate: rate,
     state: "speaking", // speaking, stopping, completed, cancelled, failed
+    stopped: false, // the user pressed Stop (before all audio came, or while it still played)
     playback: "waiting", // waiting, playing, drained, stopped
     sentAt: performance.now(),
     firstAudioMs: null, // the first audio frame received
@@ -437,7 +506,8 @@ function newUtterance(id, rate, text) {
     underrunsAt: [], // seconds of audio played when each underrun began
     prebuffer: page.prebuffer, // seconds of audio it waited for before it started to play
     playedAt: null, // when sample `played` plays, on the AudioContext's clock (the player's)
-    words: [], // the server's word timings ({word, start, end, offset}), as they come
+    // the server's word timings ({word, start, end, offset, offset_utf16}), as they come
+    words: [],
     current: -1, // the word being played (an index into words), -1: none
     highlights: [], // each change of the word being played: {index, heard, played}
     done: null,
@@ -477,7 +547,9 @@ async function speak() {
     post({ type: "start", prebufferSeconds: page.utterance.prebuffer });
     socket.ws.send(JSON.stringify(message));
   } catch (e) {
-    showMessage(e.message);
+    // (our own errors say what to do; a browser's own, as an AudioContext's, is not for users)
+    const own = !(e instanceof DOMException);
+    showMessage(own ? e.message : "This browser could not start playing audio.");
   } finally {
     speaking = false;
     $("speak").removeAttribute("aria-busy");
@@ -488,6 +560,8 @@ async function speak() {
 function stop() {
   const u = page.utterance;
   if (!u) return;
+  const playing = u.playback === "waiting" || u.playback === "playing";
+  if (u.state === "speaking" || u.state === "stopping" || playing) u.stopped = true;
   if (u.state === "speaking" && socket) {
     u.state = "stopping";
     socket.ws.send(JSON.stringify({ type: "cancel", id: u.id }));
@@ -502,6 +576,9 @@ const seconds = (samples, u) => `${(samples / u.sampleRate).toFixed(2)} s`;
 function stateText(u) {
   const warning = u.done && WARNINGS[u.done.warning];
   if (warning && u.done.warning === "nothing_to_speak") return warning[0];
+  // Stop wins over what the server said after it: cancelled, or completed when all the audio
+  // had already come (it was still playing)
+  if (u.stopped && u.state !== "failed") return "stopped";
   if (u.state === "completed" && u.playback !== "drained") return "received, playing";
   if (warning) return `${warning[0]}: ${u.done.audio_seconds.toFixed(2)} s of audio`;
   if (u.state === "completed") return `done: ${u.done.audio_seconds.toFixed(2)} s of audio`;
@@ -568,14 +645,18 @@ function showTranscript(u) {
   const parts = [];
   let at = 0;
   u.words.forEach((w, i) => {
-    if (w.offset < at || u.text.slice(w.offset, w.offset + w.word.length) !== w.word) return;
-    if (w.offset > at) parts.push(document.createTextNode(u.text.slice(at, w.offset)));
+    // offset_utf16 indexes the text as JavaScript does (an emoji is 2 there; offset counts
+    // code points); a server without it: look for the word from where the last one ended.
+    let start = w.offset_utf16 ?? w.offset;
+    if (u.text.slice(start, start + w.word.length) !== w.word) start = u.text.indexOf(w.word, at);
+    if (start < at) return;
+    if (start > at) parts.push(document.createTextNode(u.text.slice(at, start)));
     const span = document.createElement("span");
     span.className = "word";
     span.dataset.index = String(i);
     span.textContent = w.word;
     parts.push(span);
-    at = w.offset + w.word.length;
+    at = start + w.word.length;
   });
   parts.push(document.createTextNode(u.text.slice(at)));
   $("transcript").replaceChildren(...parts);
@@ -644,8 +725,18 @@ function drawWave() {
 }
 
 // -- your own voice: record (getUserMedia) or upload, then POST /v1/audio/voices -----------
-let recorder = null; // {media: MediaRecorder, chunks: Blob[]} while recording
+let recorder = null; // {media: MediaRecorder, chunks: Blob[], startedAt} while recording
 let recorded = null; // the last recording, a Blob
+let recordedSeconds = 0;
+
+const kb = (blob) => `${Math.max(1, Math.round(blob.size / 1024))} KB`;
+
+// What the microphone's failure means, in words (never the browser's own exception text).
+function microphoneTrouble(error) {
+  if (error && error.name === "NotAllowedError") return "this page may not use the microphone";
+  if (error && error.name === "NotFoundError") return "this device has no microphone";
+  return "the microphone could not be opened";
+}
 
 async function toggleRecording() {
   if (recorder) {
@@ -656,56 +747,130 @@ async function toggleRecording() {
   try {
     stream = await navigator.mediaDevices.getUserMedia({ audio: true });
   } catch (e) {
-    showMessage(`The microphone is not available (${e.message}): upload a file instead.`);
+    showEnrolResult(`Cannot record: ${microphoneTrouble(e)}. Choose a file instead.`);
     return;
   }
   const media = new MediaRecorder(stream);
-  recorder = { media, chunks: [] };
+  recorder = { media, chunks: [], startedAt: performance.now() };
   media.ondataavailable = (event) => recorder && recorder.chunks.push(event.data);
   media.onstop = () => {
     stream.getTracks().forEach((track) => track.stop());
     recorded = new Blob(recorder.chunks, { type: media.mimeType });
+    recordedSeconds = (performance.now() - recorder.startedAt) / 1000;
     recorder = null;
     $("record").textContent = "Record again";
-    $("recording").textContent = `recorded ${(recorded.size / 1024).toFixed(0)} KB`;
+    $("recording").textContent = `recorded ${recordedSeconds.toFixed(0)} s`;
+    chooseSource("recording");
   };
   media.start();
   $("record").textContent = "Stop recording";
   $("recording").textContent = "recording… (speak for about 10 s)";
 }
 
-async function enrol() {
-  const file = $("clip").files[0] || recorded;
-  if (!file) return showMessage("Record a clip or choose a file first.");
-  if (!$("consent").checked) {
-    return showMessage("Tick the consent box: enrol only the voice of someone who agreed.");
-  }
+// Which clip Enrol sends: the latest one made or chosen, unless the user picks the other.
+function chooseSource(source) {
+  const file = $("clip").files[0] || null;
+  if (source === "file" && !file) source = recorded ? "recording" : null;
+  if (source === "recording" && !recorded) source = file ? "file" : null;
+  page.source = source;
+  $("use-recording").disabled = !recorded;
+  $("use-file").disabled = !file;
+  $("use-recording").checked = source === "recording";
+  $("use-file").checked = source === "file";
+  $("recording-label").textContent = recorded
+    ? `the recording (${recordedSeconds.toFixed(0)} s, ${kb(recorded)})`
+    : "the recording (none yet)";
+  $("file-label").textContent = file
+    ? `the file ${file.name} (${kb(file)})`
+    : "a chosen file (none yet)";
+  $("source").dataset.source = source || "";
+}
+
+function chosenClip() {
+  if (page.source === "file") return $("clip").files[0] || null;
+  return page.source === "recording" ? recorded : null;
+}
+
+async function postVoice(clip, name, replace) {
   const form = new FormData();
-  form.append("file", file, file.name || "recording.webm");
-  form.append("name", $("voice-name").value.trim());
+  form.append("file", clip, clip.name || "recording.webm");
+  form.append("name", name);
   form.append("consent", "true");
+  if (replace) form.append("replace", "true");
+  const response = await fetch("/v1/audio/voices", {
+    method: "POST",
+    headers: authHeaders(),
+    body: form,
+  });
+  const body = await response.json().catch(() => ({}));
+  return response.ok ? { ok: true, body } : { ok: false, error: httpError(response, body) };
+}
+
+const askReplace = (key) =>
+  confirm(`You already have a voice named "${key}". Replace it with this clip?`);
+
+async function enrol() {
+  const clip = chosenClip();
+  if (!clip) return showEnrolResult("Record a clip or choose a file first.");
+  if (!$("consent").checked) {
+    return showEnrolResult("Tick the consent box: enrol only the voice of someone who agreed.");
+  }
+  const name = $("voice-name").value.trim();
+  const key = name.toLowerCase();
+  // Re-enrolling one of one's own names replaces that voice: only when the user says so.
+  let replace = false;
+  if (key && ownedVoices().includes(key)) {
+    if (!askReplace(key)) return showEnrolResult(`Kept your voice "${key}".`, "info");
+    replace = true;
+  }
   $("enrol-button").disabled = true;
-  showMessage("Enrolling the voice…");
+  showEnrolResult("Enrolling the voice…", "info");
   try {
-    const response = await fetch("/v1/audio/voices", {
-      method: "POST",
-      headers: authHeaders(),
-      body: form,
-    });
-    const body = await response.json().catch(() => ({}));
-    if (!response.ok) {
-      const error = body.error || { code: "http_" + response.status, message: "" };
-      return showMessage(`Not enrolled (${error.code}): ${describe(error)}`);
+    let result = await postVoice(clip, name, replace);
+    if (!result.ok && result.error.code === "voice_name_taken" && !replace) {
+      await loadVoices(); // (enrolled from another tab meanwhile?)
+      if (ownedVoices().includes(key)) {
+        if (!askReplace(key)) return showEnrolResult(`Kept your voice "${key}".`, "info");
+        replace = true;
+        result = await postVoice(clip, name, true);
+      }
     }
+    if (!result.ok) {
+      if (result.error.code === "unauthorized") await loadVoices();
+      return showEnrolResult(`Not enrolled: ${describe(result.error)} (${result.error.code})`);
+    }
+    const id = result.body.id;
     await loadVoices();
-    $("voice").value = body.id;
-    page.enrolled = body.id;
-    showMessage(`Voice "${body.id}" enrolled: it is selected in Voice.`);
-  } catch (e) {
-    showMessage(`The upload failed (${e.message}).`);
+    $("voice").value = id;
+    page.enrolled = id;
+    const done = replace ? "replaced" : "enrolled";
+    showEnrolResult(`Voice "${id}" ${done}: it is selected in Voice.`, "success");
+  } catch {
+    showEnrolResult("The upload did not reach the server: check the connection and try again.");
   } finally {
     $("enrol-button").disabled = false;
   }
+}
+
+async function deleteVoice(name) {
+  if (!confirm(`Delete your voice "${name}"? Speak cannot use it afterwards.`)) return;
+  let response;
+  try {
+    response = await fetch(`/v1/audio/voices/${encodeURIComponent(name)}`, {
+      method: "DELETE",
+      headers: authHeaders(),
+    });
+  } catch {
+    return showEnrolResult("The server did not answer: check the connection and try again.");
+  }
+  const body = await response.json().catch(() => ({}));
+  await loadVoices(); // whatever the answer: the list shows what the server has now
+  if (!response.ok) {
+    const error = httpError(response, body);
+    return showEnrolResult(`Not deleted: ${describe(error)} (${error.code})`);
+  }
+  if (page.enrolled === name) page.enrolled = null;
+  showEnrolResult(`Voice "${name}" deleted.`, "success");
 }
 
 // -- start -------------------------------------------------------------------------------
@@ -738,6 +903,11 @@ function init() {
   $("stop").onclick = stop;
   $("record").onclick = toggleRecording;
   $("enrol-button").onclick = enrol;
+  $("clip").onchange = () => chooseSource("file");
+  $("use-recording").onchange = () => chooseSource("recording");
+  $("use-file").onchange = () => chooseSource("file");
+  chooseSource(null);
+  showVoices(null);
   setInterval(watchHealth, HEALTH_EVERY_S * 1000);
   requestAnimationFrame(drawWave);
   refresh().then(() => window.isSecureContext || showMessage(INSECURE));
