@@ -189,6 +189,10 @@ async def test_cancel_and_close_abort_generation():
             await ws.send(json.dumps({"context_id": "a", "cancel": True}))
             await until(lambda: len(engine.open) == 1, 5)
             await ws.send(json.dumps({"context_id": "gone-long-ago", "cancel": True}))  # no-op
+            await ws.send(_msg("ended-before", " ", more=False))  # its end again: a done
+            assert await _context(ws, "ended-before") == [
+                {"type": "done", "done": True, "status_code": 206, "context_id": "ended-before"}
+            ]
         await until(lambda: not engine.open and not handle.state.slots.active, 5)
         text = handle.state.metrics.render().decode()
         assert 'veena_cancels_total{api="ws",by="client"} 1.0' in text

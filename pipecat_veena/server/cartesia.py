@@ -35,6 +35,7 @@ from starlette.requests import ClientDisconnect
 
 from pipecat_veena.interface import WordTiming
 from pipecat_veena.remote.protocol import (
+    CLOSE_GOING_AWAY,
     Done,
     Error,
     ErrorCode,
@@ -442,6 +443,7 @@ class CartesiaConnection(Connection):
 
     utterance_type = CartesiaContext
     utterances: dict[str, CartesiaContext]  # type: ignore[assignment]
+    _closing: asyncio.Task[None] | None = None  # the close of a socket idle at a drain
 
     def _hello(self) -> str | None:
         return None  # Cartesia sends nothing until the first request
@@ -458,7 +460,9 @@ class CartesiaConnection(Connection):
             return
         self.leaving = True
         if not self.utterances:  # else the send loop closes after the last context's done
-            asyncio.get_running_loop().create_task(self._close_with(None, 1012))
+            self._closing = asyncio.get_running_loop().create_task(
+                self._close_with(None, CLOSE_GOING_AWAY)
+            )
 
     def _check_open_cap(self) -> None:
         try:
@@ -471,7 +475,7 @@ class CartesiaConnection(Connection):
                 "server's cap (max_open_utterances); end one (continue: false) first",
             ) from None
 
-    def _handle(self, text: str) -> None:
+    def _handle(self, text: str) -> str | None:
         limit = self.settings.max_message_bytes
         if len(text) > limit or len(text.encode()) > limit:
             raise ProtocolError(
@@ -489,12 +493,12 @@ class CartesiaConnection(Connection):
         if data.get("cancel") is True:
             if context is not None:
                 context.stop("cancel")
-            return  # (an ended context: cancelling is idempotent)
+            return None  # (an ended context: cancelling is idempotent)
         req = parse_request(data, self.server.engine.sample_rate, context_id)
         if context is not None:
             context.take(req)
         elif not req.more and not req.transcript.strip():
-            self.outbox.push_control(done_message(context_id))  # ending what already ended
+            return done_message(context_id)  # ending what already ended (through the bound)
         else:
             speak = ContextSpeak(
                 id=context_id, text=req.transcript, voice=req.voice, options=req.options,
@@ -505,6 +509,7 @@ class CartesiaConnection(Connection):
             self._speak(speak)
             if req.flush and req.more:
                 self.utterances[context_id].flush()
+        return None
 
 
 async def cartesia_websocket(websocket: WebSocket) -> None:

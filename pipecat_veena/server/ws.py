@@ -195,12 +195,14 @@ class Connection:
                         ErrorCode.BINARY_NOT_EXPECTED,
                         "binary frames carry audio from the server only; send JSON text messages",
                     )
-                self._handle(text)
+                reply = self._handle(text)
+                if reply is not None:  # (a subclass's answer to the message itself)
+                    await self.outbox.put(reply)
             except ProtocolError as e:
                 self.server.metrics.error("ws", e.code)
                 await self.outbox.put(self._error_text(Error(e.code, e.message, e.ref, e.ended)))
 
-    def _handle(self, text: str) -> None:
+    def _handle(self, text: str) -> str | None:
         msg = parse_client_message(text, self.settings.max_message_bytes)
         if isinstance(msg, Speak):
             self._speak(msg)
