@@ -38,6 +38,11 @@ _PUBLIC = {
     "calibrate_lookahead": "calibrate",
     "lookahead_curve": "calibrate",
     "pick_lookahead": "calibrate",
+    "SPEED_MAX": "pipecat_veena.streaming.tsm",
+    "SPEED_MIN": "pipecat_veena.streaming.tsm",
+    "TimeStretcher": "pipecat_veena.streaming.tsm",
+    "check_speed": "pipecat_veena.streaming.tsm",
+    "stretch": "pipecat_veena.streaming.tsm",
 }
 
 __all__ = list(_PUBLIC)
