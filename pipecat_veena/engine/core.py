@@ -215,6 +215,8 @@ class VeenaEngine:
         meanwhile) or "failed" (the restarts ran out, see ``EngineConfig.restart_attempts``;
         requests get a non-retryable ``EngineDeadError``; ``start()`` starts afresh).
         """
+        if self._state == "running" and not self.is_running:
+            return "restarting"  # dead, and its watcher is about to notice (within WATCH_S)
         return self._state
 
     async def wait_running(self) -> bool:
