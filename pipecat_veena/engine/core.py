@@ -221,7 +221,11 @@ class VeenaEngine:
 
     async def wait_running(self) -> bool:
         """Wait while the engine restarts its backend; True when it runs, else False."""
-        await self._settled.wait()
+        while self.state == "restarting":
+            if self._settled.is_set():  # dead, and the watcher is about to notice
+                await asyncio.sleep(WATCH_S / 5)
+            else:
+                await self._settled.wait()
         return self.is_running
 
     async def _watch(self) -> None:
