@@ -247,3 +247,21 @@ def test_a_reload_sees_every_changed_entry() -> None:
     book.reserved = frozenset({"ravi"})  # a name reserved since: skipped now
     book.load_prints(data, lambda prefix: (), replace_enrolled=True)
     assert book.enrolled == {"asha"}
+
+
+def test_cli_voices_share_and_list(tmp_path: Path, capsys) -> None:
+    from pipecat_veena.cli import main
+
+    path = tmp_path / "voices.json"
+    _file(path, asha={"globals": CODES, "owner": A}, house={"globals": CODES})
+    args = ["--voices-file", str(path)]
+    assert main(["voices", "share", "Asha", *args]) == 0
+    assert read_voices_file(path)["enrolled"]["asha"] == {"globals": CODES, "owner": A,
+                                                          "shared": True}  # fmt: skip
+    assert main(["voices", "list", *args]) == 0
+    listed = capsys.readouterr().out
+    assert "asha (shared: every key)" in listed and "house (operator's: every key)" in listed
+    assert main(["voices", "unshare", "asha", *args]) == 0
+    assert "shared" not in read_voices_file(path)["enrolled"]["asha"]
+    assert main(["voices", "share", "nobody", *args]) == 2  # one line naming the voices
+    assert "enrols no voice 'nobody'" in capsys.readouterr().err

@@ -18,7 +18,7 @@ import psutil
 import pytest
 import pytest_asyncio
 from browser import free_port
-from server_fakes import ROOT
+from server_fakes import ROOT, RawClient
 from servers import assert_ended, kill_leftovers
 from speech import encode_clip, espeak
 
@@ -96,6 +96,13 @@ async def test_a_voice_belongs_to_the_key_that_enrolled_it(real, clips) -> None:
         assert "asha" not in spoken.json()["error"]["message"].split("offers:")[1]
         gone = await http.delete(f"{VOICES}/asha", headers=BOB)
         assert gone.status_code == 404 and gone.json()["error"]["code"] == "unknown_voice"
+        async with RawClient.connect(server.ws_url, api_key="bob-key") as ws:  # the WebSocket
+            assert "asha" not in ws.ready.voices
+            await ws.send({"type": "speak", "id": "u1", "text": "Hello.", "voice": "asha"})
+            _, ended = await ws.until_end("u1")
+            assert ended.code == "unknown_voice"
+        async with RawClient.connect(server.ws_url, api_key="alice-key") as ws:
+            assert "asha" in ws.ready.voices
         taken = await http.post(VOICES, **_form(other, "asha", replace="true"), headers=BOB)
         assert taken.status_code == 409 and taken.json()["error"]["code"] == "voice_name_taken"
 
