@@ -286,6 +286,27 @@ async def test_pipecat_bad_key_and_unknown_voice_take_its_error_path(real):
     await _idle_after(engine, server)
 
 
+async def test_pipecat_http_service_through_tts_bytes(real):
+    """Pipecat's ``CartesiaHttpTTSService`` (``POST /tts/bytes``) at 8 kHz, unchanged."""
+    from pipecat.services.cartesia.tts import CartesiaHttpTTSService
+
+    engine, recorder, server = real
+    before = set(recorder.outputs)
+    tts = CartesiaHttpTTSService(
+        api_key=KEY, base_url=server.url, settings=CartesiaHttpTTSService.Settings(voice="alloy")
+    )
+    down, up = await run_test(
+        tts,
+        frames_to_send=[TTSSpeakFrame("Pay ₹1,499 by Monday.")],
+        pipeline_params=PipelineParams(audio_out_sample_rate=8000),
+    )
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    native = _native_samples(engine, recorder, set(recorder.outputs) - before)
+    assert native > 0 and abs(sum(len(f.audio) for f in audio) // 2 - native // 2) <= 2
+    await _idle_after(engine, server)
+
+
 # -- LiveKit's cartesia.TTS -----------------------------------------------------------------
 @asynccontextmanager
 async def _livekit(server: ServerHandle, **kwargs):
