@@ -189,10 +189,13 @@ class Part:
         written: the caller's text whose words end in this part, as written; "" while they
             continue into the next part (a long sentence split at clauses or words, and the
             sentences packed with its pieces, are timed together once its last piece is spoken).
+        pause_s: a pause (SSML ``<break>``): that much silence here; ``spoken`` and ``written``
+            are then "".
     """
 
     spoken: str
     written: str
+    pause_s: float = 0.0
 
 
 def split_parts(

@@ -21,6 +21,9 @@ from pipecat_veena.normalize.tables import NOT_AFTER_WORD, NOT_BEFORE_WORD, WORD
 
 LANGUAGES = ("*", "hi", "en")
 _WORD = re.compile(WORD_CHAR)
+#: Bounds on a lexicon sent with one request (``request_lexicon``).
+MAX_REQUEST_ENTRIES = 1000
+MAX_REQUEST_BYTES = 64 * 1024
 
 
 def _is_acronym(term: str) -> bool:
@@ -76,6 +79,15 @@ class Lexicon:
             raise ValueError(f"lexicon {path}: the JSON must be an object")
         return cls(data)
 
+    def merged(self, over: Lexicon | None) -> Lexicon:
+        """A new Lexicon: these entries with ``over``'s laid over them (``self`` unchanged)."""
+        if over is None or not len(over):
+            return self
+        lexicon = Lexicon()
+        for lang in LANGUAGES:
+            lexicon._entries[lang] = {**self._entries[lang], **over._entries[lang]}
+        return lexicon
+
     def __len__(self) -> int:
         return sum(len(v) for v in self._entries.values())
 
@@ -113,3 +125,65 @@ class Lexicon:
             return exact.get(found) or folded.get(found.casefold(), m.group(0))
 
         return regex.sub(spoken, text)
+
+
+def request_lexicon(entries: object) -> Lexicon:
+    """A lexicon sent with one request, checked: the same shapes as ``Lexicon``, bounded.
+
+    At most ``MAX_REQUEST_ENTRIES`` entries and ``MAX_REQUEST_BYTES`` of terms and spoken forms
+    (UTF-8); a spoken form that contains its own term as a word is refused (normalised again it
+    would grow). Counting stops at the first bound passed, so a huge lexicon is refused at once.
+
+    Raises:
+        ValueError: naming the entry or the bound.
+    """
+    if isinstance(entries, Lexicon):
+        return entries
+    if not isinstance(entries, Mapping):
+        raise ValueError(
+            f"lexicon must be an object of term -> spoken form (or of 'hi'/'en'/'*' sections), "
+            f"got {type(entries).__name__}"
+        )
+    count = size = 0
+    flat: list[tuple[str, object, object]] = []
+    for key, value in entries.items():
+        section = value.items() if isinstance(value, Mapping) else [(key, value)]
+        lang = key if isinstance(value, Mapping) else "*"
+        for term, spoken in section:
+            count += 1
+            if count > MAX_REQUEST_ENTRIES:
+                raise ValueError(
+                    f"lexicon has more than {MAX_REQUEST_ENTRIES} entries (the most one request "
+                    "may carry; put a large lexicon in the server's --lexicon file)"
+                )
+            if isinstance(term, str) and isinstance(spoken, str):
+                size += len(term.encode("utf-8", "replace")) + len(
+                    spoken.encode("utf-8", "replace")
+                )
+                if size > MAX_REQUEST_BYTES:
+                    raise ValueError(
+                        f"lexicon entries add up to more than {MAX_REQUEST_BYTES} bytes (the most "
+                        "one request may carry)"
+                    )
+            flat.append((lang, term, spoken))
+    lexicon = Lexicon(entries)  # (checks types and sections)
+    for _lang, term, spoken in flat:
+        t, said = nfc(str(term).strip()), nfc(str(spoken))
+        if not t:
+            raise ValueError(f"lexicon entry {term!r}: the term is empty")
+        if not said.strip():
+            raise ValueError(f"lexicon entry {term!r}: the spoken form is empty")
+        if said != t and _contains_term(said, t):
+            raise ValueError(
+                f"lexicon entry {term!r} -> {spoken!r}: the spoken form contains the term "
+                "itself, so it would grow every time the text is normalised; respell it"
+            )
+    return lexicon
+
+
+def _contains_term(text: str, term: str) -> bool:
+    body = nukta_re(term)
+    body = body if _is_acronym(term) else f"(?i:{body})"
+    before = NOT_AFTER_WORD if _WORD.match(term[0]) else ""
+    after = NOT_BEFORE_WORD if _WORD.match(term[-1]) else ""
+    return re.search(f"{before}{body}{after}", text) is not None
