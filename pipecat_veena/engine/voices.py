@@ -220,7 +220,7 @@ class VoiceBook:
         key = name.strip().lower()
         if not key:
             raise ValueError("a voice needs a non-empty name")
-        self.voices[key] = Voice(name=key, globals=codes)
+        self.voices = {**self.voices, key: Voice(name=key, globals=codes)}
         return self.voices[key]
 
     def enrol(
@@ -257,12 +257,14 @@ class VoiceBook:
         reference: tuple[tuple[int, ...] | None, str | None] = (None, None)
         if semantic is not None or transcript is not None:
             reference = check_semantic(semantic, transcript, f"voice {key!r}")
-        self.voices[key] = Voice(
-            name=key, globals=codes, semantic=reference[0], transcript=reference[1]
+        voice = Voice(name=key, globals=codes, semantic=reference[0], transcript=reference[1])
+        self._swap(
+            {**self.voices, key: voice},
+            self.enrolled | {key},
+            {**self.owners, key: owner},
+            self.shared - {key},
         )
-        self.enrolled.add(key)
-        self.owners[key] = owner
-        return self.voices[key]
+        return voice
 
     def forget(self, name: str, owner: str | None = None) -> str:
         """Remove an enrolled voice; returns its canonical name.
@@ -292,10 +294,12 @@ class VoiceBook:
                 "operator, with pipecat-veena voices remove) can remove it",
                 code=EnrolmentError.NOT_OWNER,
             )
-        self.enrolled.discard(key)
-        self.owners.pop(key, None)
-        self.shared.discard(key)
-        del self.voices[key]
+        self._swap(
+            {n: v for n, v in self.voices.items() if n != key},
+            self.enrolled - {key},
+            {n: o for n, o in self.owners.items() if n != key},
+            self.shared - {key},
+        )
         return key
 
     def share(self, name: str, shared: bool = True) -> str:
@@ -310,8 +314,29 @@ class VoiceBook:
                 f"no enrolled voice {name!r} (enrolled: "
                 f"{', '.join(sorted(self.enrolled)) or 'none'})"
             )
-        (self.shared.add if shared else self.shared.discard)(key)
+        self._swap(
+            self.voices,
+            self.enrolled,
+            self.owners,
+            self.shared | {key} if shared else self.shared - {key},
+        )
         return key
+
+    def _swap(
+        self, voices: dict[str, Voice], enrolled: set[str], owners: dict[str, str], shared: set[str]
+    ) -> None:
+        """Put the new voices in place: each container is replaced whole, never changed in place.
+
+        Changes run on worker threads (the voices file) while the event loop iterates these, so
+        no reader sees one change size under it; the order keeps every voice at most as usable
+        as before or after the change (owners and shares narrowed first).
+        """
+        self.shared = self.shared & shared
+        self.owners = {**self.owners, **owners}
+        self.voices = voices
+        self.enrolled = enrolled
+        self.owners = owners
+        self.shared = shared
 
     # -- who may use what ------------------------------------------------------------------
     def usable_by(self, name: str, owner: str | None) -> bool:
@@ -414,7 +439,7 @@ class VoiceBook:
         """
         if not voice.generated or voice.name in self.pinned:
             return False
-        self.pinned[voice.name] = voiceprint
+        self.pinned = {**self.pinned, voice.name: voiceprint}  # replaced whole: see ``_swap``
         logger.debug(f"voice {voice.name!r} pinned")
         return True
 
@@ -499,16 +524,17 @@ class VoiceBook:
                 continue
             if not (lenient and voice in self.pinned):
                 loaded[voice] = pin
-        self.pinned.update(loaded)
-        if replace_enrolled:
-            for gone in self.enrolled - {key for key, _ in checked.values()}:
-                self.forget(gone)
-        for key, (voice, owner, shared) in checked.values():
-            self.voices[key] = voice
-            self.enrolled.add(key)
-            self.owners[key] = owner
-            (self.shared.add if shared else self.shared.discard)(key)
-        return sorted(loaded) + sorted(key for key, _ in checked.values())
+        self.pinned = {**self.pinned, **loaded}
+        found = dict(checked.values())
+        gone = self.enrolled - found.keys() if replace_enrolled else set()
+        voices = {n: v for n, v in self.voices.items() if n not in gone}
+        voices.update((key, voice) for key, (voice, _, _) in found.items())
+        owners = {n: o for n, o in self.owners.items() if n not in gone}
+        owners.update((key, owner) for key, (_, owner, _) in found.items())
+        shared = {n for n in self.shared if n not in gone and n not in found}
+        shared.update(key for key, (_, _, is_shared) in found.items() if is_shared)
+        self._swap(voices, (self.enrolled - gone) | found.keys(), owners, shared)
+        return sorted(loaded) + sorted(found)
 
     def _enrolled_from_file(self, name: Any, entry: Any) -> tuple[str, tuple[Voice, str, bool]]:
         """(key, (voice, owner, shared)) of an enrolled entry of a file; ValueError if unusable."""
