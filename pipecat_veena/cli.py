@@ -79,6 +79,7 @@ async def _say_async(args: argparse.Namespace, checkpoint: Path) -> int:
             seed=args.seed,
             language=None if args.language == "auto" else args.language,
             normalize=False if args.no_normalize else None,
+            speed=args.speed,
         )
     finally:
         await engine.shutdown()
@@ -116,6 +117,14 @@ def _say(args: argparse.Namespace) -> int:
     checkpoint = _demo_or(args.model)
     _quiet(args.verbose)
     _check_voice(checkpoint, args.voice)  # before the engine loads (tens of seconds)
+    if args.speed is not None:
+        from pipecat_veena.engine import check_speed
+
+        try:
+            check_speed(args.speed)
+        except ValueError as e:
+            print(f"error: --speed: {e}", file=sys.stderr)
+            return 2
     return asyncio.run(_say_async(args, checkpoint))
 
 
@@ -349,6 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--voice", default=None, help="voice name (default: the model's)")
     say.add_argument("--sample-rate", type=int, default=None, help="WAV rate (default: codec's)")
     say.add_argument("--seed", type=int, default=None, help="sampling seed")
+    say.add_argument(
+        "--speed",
+        type=float,
+        default=None,
+        help="playback speed, 0.5 to 2.0 (pitch kept; default: the model's own pace)",
+    )
     say.add_argument(
         "--language",
         choices=("auto", "hi", "en"),

@@ -36,7 +36,7 @@ from livekit.agents import __version__ as _LIVEKIT_VERSION
 from livekit.agents.types import TimedString
 from loguru import logger
 
-from pipecat_veena.engine import voice_with_levels
+from pipecat_veena.engine import check_speed, voice_with_levels
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
 from pipecat_veena.interface import AudioChunk, SpeechEngine
 from pipecat_veena.logs import caller_text
@@ -65,7 +65,9 @@ class VeenaTTSOptions:
         repetition_penalty: > 1 discourages loops (None: default).
         seed: sampling seed for reproducible speech (None: random).
         pitch: Spark controllable voices only: very_low, low, moderate, high or very_high.
-        speed: Spark controllable voices only: very_low, low, moderate, high or very_high.
+        speed: a number from 0.5 to 2.0: playback speed, any voice (the audio is stretched
+            keeping its pitch, word times scale with it; 1.0 leaves it untouched); or a Spark
+            controllable voice's speed level: very_low, low, moderate, high or very_high.
     """
 
     voice: str | None = None
@@ -75,12 +77,20 @@ class VeenaTTSOptions:
     repetition_penalty: float | None = None
     seed: int | None = None
     pitch: str | None = None
-    speed: str | None = None
+    speed: float | str | None = None
 
     def sampling(self) -> dict[str, Any]:
-        """The sampling overrides that are set, as ``engine.stream`` keywords."""
+        """The sampling overrides that are set, and a playback speed, as ``engine.stream`` keywords.
+
+        Raises:
+            ValueError: a playback speed outside 0.5-2.0.
+        """
         skip = ("voice", "pitch", "speed")
-        return {k: v for k, v in asdict(self).items() if k not in skip and v is not None}
+        options = {k: v for k, v in asdict(self).items() if k not in skip and v is not None}
+        if self.speed is not None and not isinstance(self.speed, str):
+            if check_speed(self.speed) != 1.0:
+                options["speed"] = self.speed
+        return options
 
     def voice_name(self) -> str | None:
         """The engine voice: ``female`` with pitch high is ``female:high:moderate``.
@@ -88,7 +98,8 @@ class VeenaTTSOptions:
         Raises:
             ValueError: a bad level, or levels on a voice without those controls.
         """
-        return voice_with_levels(self.voice, self.pitch, self.speed)
+        level = self.speed if isinstance(self.speed, str) else None
+        return voice_with_levels(self.voice, self.pitch, level)
 
 
 class VeenaTTS(tts.TTS):
@@ -127,7 +138,7 @@ class VeenaTTS(tts.TTS):
         repetition_penalty: float | None = None,
         seed: int | None = None,
         pitch: str | None = None,
-        speed: str | None = None,
+        speed: float | str | None = None,
         sentence_tokenizer: tokenize.SentenceTokenizer | None = None,
     ) -> None:
         if sample_rate is None:
@@ -239,6 +250,7 @@ class VeenaTTS(tts.TTS):
 
     def _checked(self, opts: VeenaTTSOptions) -> VeenaTTSOptions:
         name = opts.voice_name()  # level checks need no engine
+        opts.sampling()  # nor the speed range
         if not self._engine.is_running:  # the rest is checked by the engine on the first call
             return opts
         self._engine.check_options(**opts.sampling())

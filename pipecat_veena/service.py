@@ -23,7 +23,7 @@ from pipecat.utils.types import NOT_GIVEN, NotGiven
 
 from pipecat_veena import tracing
 from pipecat_veena.audio import ProgressiveFramer
-from pipecat_veena.engine import check_level, voice_with_levels
+from pipecat_veena.engine import check_level, check_speed, voice_with_levels
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError, VeenaError
 from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.logs import log_failure
@@ -55,7 +55,9 @@ class VeenaTTSSettings(TTSSettings):
         repetition_penalty: > 1 discourages loops (None: default).
         seed: sampling seed for reproducible speech (None: random).
         pitch: Spark controllable voices only: very_low, low, moderate, high or very_high.
-        speed: Spark controllable voices only: very_low, low, moderate, high or very_high.
+        speed: a number from 0.5 to 2.0: playback speed, any voice (the audio is stretched
+            keeping its pitch, word times scale with it; 1.0 leaves it untouched); or a Spark
+            controllable voice's speed level: very_low, low, moderate, high or very_high.
     """
 
     temperature: float | None | NotGiven = _not_given()
@@ -64,7 +66,7 @@ class VeenaTTSSettings(TTSSettings):
     repetition_penalty: float | None | NotGiven = _not_given()
     seed: int | None | NotGiven = _not_given()
     pitch: str | None | NotGiven = _not_given()
-    speed: str | None | NotGiven = _not_given()
+    speed: float | str | None | NotGiven = _not_given()
 
 
 class VeenaTTSService(TTSService):
@@ -112,7 +114,7 @@ class VeenaTTSService(TTSService):
         repetition_penalty: float | None = None,
         seed: int | None = None,
         pitch: str | None = None,
-        speed: str | None = None,
+        speed: float | str | None = None,
         language: Language | str | None = None,
         normalize: bool | None = None,
         settings: Settings | None = None,
@@ -131,7 +133,8 @@ class VeenaTTSService(TTSService):
             repetition_penalty: repetition penalty (None: default).
             seed: sampling seed (None: random).
             pitch: pitch level of Spark controllable voices.
-            speed: speed level of Spark controllable voices.
+            speed: playback speed from 0.5 to 2.0 (pitch kept, word times scaled), or the
+                speed level of Spark controllable voices (``"high"``).
             language: the language numbers, dates and codes are spoken in (``Language.HI`` or
                 ``Language.EN``, any region); None: per sentence, from its script.
             normalize: speak numbers, dates, codes and symbols as words (None: the engine's
@@ -232,12 +235,16 @@ class VeenaTTSService(TTSService):
         sampling values once the engine is running (they depend on the loaded model).
         """
         check_level("pitch", self._settings.pitch)
-        check_level("speed", self._settings.speed)
+        level = self._settings.speed
+        if isinstance(level, str):
+            check_level("speed", level)
+        elif level is not None:
+            check_speed(level)
         name = self._voice_name()
         if self._engine.is_running:
             self._settings.voice = self._engine.check_voice(self._settings.voice)
             self._engine.check_voice(name)
-            self._engine.check_options(**self._sampling())
+            self._engine.check_options(**self._sampling(), speed=self._speed())
 
     async def _update_settings(self, delta: Settings) -> dict[str, Any]:
         """Apply a settings delta; anything that cannot work is an error and changes nothing.
@@ -260,7 +267,13 @@ class VeenaTTSService(TTSService):
 
     def _voice_name(self) -> str | None:
         """The engine voice: a controllable gender gets the pitch/speed levels appended."""
-        return voice_with_levels(self._settings.voice, self._settings.pitch, self._settings.speed)
+        level = self._settings.speed if isinstance(self._settings.speed, str) else None
+        return voice_with_levels(self._settings.voice, self._settings.pitch, level)
+
+    def _speed(self) -> float | None:
+        """The playback speed (None: a Spark speed level, or none set)."""
+        speed = self._settings.speed
+        return None if isinstance(speed, str) else speed
 
     def _sampling(self) -> dict[str, Any]:
         return {name: getattr(self._settings, name) for name in _SAMPLING_FIELDS}
@@ -272,6 +285,8 @@ class VeenaTTSService(TTSService):
             **self._sampling(),
             "language": language if language in ("hi", "en") else "auto",
         }
+        if self._speed() not in (None, 1, 1.0):
+            options["speed"] = self._speed()
         if self._normalize is not None:
             options["normalize"] = self._normalize
         return options

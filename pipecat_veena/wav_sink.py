@@ -128,6 +128,7 @@ async def say_to_wav(
     seed: int | None = None,
     language: str | None = None,
     normalize: bool | None = None,
+    speed: float | None = None,
 ) -> SayResult:
     """Speak ``text`` with a started engine through a real Pipecat pipeline into a WAV file.
 
@@ -141,13 +142,16 @@ async def say_to_wav(
         language: "hi" or "en" to speak numbers and dates in that language (None: per
             sentence, from its script).
         normalize: speak numbers, dates and codes as words (None: the engine's setting).
+        speed: playback speed from 0.5 to 2.0 (None: the model's own pace).
 
     Returns:
         The file, its length and the timings.
     """
     rate = sample_rate or engine.sample_rate
     collector = ErrorCollector()
-    tts = VeenaTTSService(engine, voice=voice, seed=seed, language=language, normalize=normalize)
+    tts = VeenaTTSService(
+        engine, voice=voice, seed=seed, language=language, normalize=normalize, speed=speed
+    )
     sink = WavSink(path, rate)
     worker = PipelineWorker(
         Pipeline([collector, tts, sink]),

@@ -183,7 +183,7 @@ def http_cases(rng: random.Random, count: int) -> list[tuple[str, str, bytes]]:
             "input": rng.choice([None, 3, ["x"], "", "...", "x" * 5000, "\ud800"]),
             "voice": rng.choice([3, ["alloy"], "robot", {"id": 4}]),
             "response_format": rng.choice(["ogg", "m4a", "vorbis", 3, "PCM16"]),
-            "speed": rng.choice([0.5, 2, "fast", True, 4.0]),
+            "speed": rng.choice([0.25, 2.5, "fast", True, 4.0]),
             "stream_format": rng.choice(["chunks", 1, "SSE"]),
             "sample_rate": rng.choice(["24000", 200000, *_BAD_RATES]),
             "temperature": rng.choice([-0.5, 3, "warm", [1], *_BAD_SAMPLING["temperature"]]),

@@ -16,7 +16,7 @@ import numpy as np
 import websockets
 from websockets.asyncio.client import connect
 
-from pipecat_veena.engine import AudioChunk, Voice, VoiceBook
+from pipecat_veena.engine import AudioChunk, Voice, VoiceBook, check_speed
 from pipecat_veena.errors import EngineNotRunningError, GenerationError
 from pipecat_veena.generation import SamplingOptions
 from pipecat_veena.interface import WordTiming
@@ -101,6 +101,9 @@ class FakeSpeechEngine:
         max_tokens = options.pop("max_tokens", None)
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        if options.get("speed") is not None:
+            check_speed(options["speed"])
+        options.pop("speed", None)
         SamplingOptions(**options)
 
     def stats(self) -> dict:

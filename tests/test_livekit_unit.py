@@ -484,3 +484,23 @@ def test_example_imports():
     spec.loader.exec_module(module)
     assert module.__doc__ and callable(module.prewarm) and callable(module.entrypoint)
     assert module.server is not None
+
+
+async def test_speed_is_a_playback_rate_or_a_spark_level():
+    """A number is the playback speed passed to the engine (checked against 0.5-2.0 without an
+    engine); a level name stays a Spark voice level; 1.0 passes nothing (audio untouched)."""
+    engine = FakeEngine()
+    with pytest.raises(ValueError, match=r"0\.5 to 2\.0"):
+        VeenaTTS(engine, speed=2.5)
+    tts = VeenaTTS(engine, voice="male", speed=1.5)
+    await tts.synthesize("Hello there.").collect()
+    assert engine.calls[-1][1:] == ("male", {"speed": 1.5})
+    with pytest.raises(ValueError, match=r"0\.5 to 2\.0"):
+        tts.update_options(speed=0.2)
+    assert tts.options.speed == 1.5
+    tts.update_options(speed="high")
+    await tts.synthesize("Hello there.").collect()
+    assert engine.calls[-1][1:] == ("male:moderate:high", {})
+    tts.update_options(speed=1.0)
+    await tts.synthesize("Hello there.").collect()
+    assert engine.calls[-1][1:] == ("male", {})

@@ -397,7 +397,7 @@ async def test_openai_compressed_formats(fmt, media_type, magic):
     [
         ({"input": "Hi", "response_format": "ogg"}, 400, "use one of pcm, wav, mp3, opus"),
         ({"input": "Hi", "response_format": "opus", "sample_rate": 22050}, 400, "12000, 16000"),
-        ({"input": "Hi", "speed": 1.25}, 400, "speed 1.25 is not supported"),
+        ({"input": "Hi", "speed": 2.5}, 400, "speed must be from 0.5 to 2.0"),
         ({"input": "Hi", "voice": "robot"}, 400, "unknown voice 'robot'"),
         ({"input": "Hi", "stream_format": "chunks"}, 400, "'audio' or 'sse'"),
         ({"voice": "alloy"}, 400, "'input'"),

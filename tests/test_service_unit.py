@@ -483,3 +483,33 @@ async def test_language_and_normalize_reach_the_engine(tmp_path):
     spoken = VeenaTTSService(engine)  # the engine's default: normalised, language per sentence
     assert spoken._options()["language"] == "auto" and "normalize" not in spoken._options()
     await engine.shutdown()
+
+
+async def test_speed_setting_stretches_and_updates_at_runtime(tmp_path):
+    """``speed`` as a number: the utterance 1/speed as long (pitch-preserving stretch), changed
+    by TTSUpdateSettingsFrame; outside 0.5-2.0 refused naming the range (the old value stays)."""
+    engine = await _engine(tmp_path)
+    with pytest.raises(ValueError, match=r"0\.5 to 2\.0"):
+        VeenaTTSService(engine, speed=3.0)
+    tts = VeenaTTSService(engine)
+    settings = VeenaTTSService.Settings
+    down, up = await run_test(
+        tts,
+        frames_to_send=[
+            TTSSpeakFrame("Hello there."),
+            TTSUpdateSettingsFrame(delta=settings(speed=1.5)),
+            TTSSpeakFrame("Hello there."),
+            TTSUpdateSettingsFrame(delta=settings(speed=2.5)),
+            TTSSpeakFrame("Hello there."),
+        ],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    lengths: dict[str, int] = {}
+    for f in _audio(down):
+        lengths[f.context_id] = lengths.get(f.context_id, 0) + len(f.audio) // 2
+    first, second, third = lengths.values()
+    assert second == round(first / 1.5) and third == second
+    errors = [f.error for f in up if isinstance(f, ErrorFrame)]
+    assert len(errors) == 1 and "0.5 to 2.0" in errors[0]
+    assert tts.settings.speed == 1.5
+    await engine.shutdown()

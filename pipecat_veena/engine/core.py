@@ -31,6 +31,7 @@ from pipecat_veena.codecs.base import AudioCodec
 from pipecat_veena.engine.checkpoint import WAV2VEC2_DIR, CheckpointLayout, detect_layout
 from pipecat_veena.engine.config import EngineConfig
 from pipecat_veena.engine.formats import ModelFormat, load_format, load_tokenizer
+from pipecat_veena.engine.speed import at_speed
 from pipecat_veena.engine.utterance import AudioChunk, EngineParts, Utterance
 from pipecat_veena.engine.voices import OPERATOR, Voice, VoiceBook
 from pipecat_veena.engine.voices_file import VoicesFile, snac_cannot_enrol
@@ -45,6 +46,7 @@ from pipecat_veena.logs import caller_text
 from pipecat_veena.normalize import LANGUAGES, Lexicon, sentence_language
 from pipecat_veena.normalize import normalize as normalize_text
 from pipecat_veena.streaming import StreamConfig
+from pipecat_veena.streaming.tsm import TimeStretcher, check_speed
 from pipecat_veena.tasks import cancel_and_wait
 from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, Part, split_parts
 
@@ -745,6 +747,9 @@ class VeenaEngine:
         """Raise ValueError naming the problem when request options cannot work."""
         options.pop("normalize", None)
         _check_language(options.pop("language", "auto"))
+        if options.get("speed") is not None:
+            check_speed(options["speed"])
+        options.pop("speed", None)
         max_tokens = options.pop("max_tokens", None)
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
@@ -759,6 +764,7 @@ class VeenaEngine:
         request_id: str | None = None,
         normalize: bool | None = None,
         language: str = "auto",
+        speed: float | None = None,
         **sampling,
     ) -> AsyncIterator[AudioChunk]:
         """Speak ``text``: yields int16 PCM chunks at the codec's rate as they are decoded.
@@ -773,6 +779,9 @@ class VeenaEngine:
             normalize: speak numbers, dates, codes and symbols as words (None: the config's).
                 Only the model's text changes: callers keep reporting the text they passed.
             language: "auto" (per sentence, from its script), "hi" or "en" for normalising.
+            speed: 0.5 to 2.0 (None or 1.0: as the model speaks, the chunks untouched): the
+                audio is time-stretched keeping its pitch (``streaming.tsm``, at the codec's
+                rate, one window of latency) and word times scale with it.
             **sampling: temperature, top_k, top_p, repetition_penalty, max_tokens, seed.
 
         Raises:
@@ -785,7 +794,7 @@ class VeenaEngine:
         self.refresh_voices()
         fmt = self._require_format()
         voice_obj = fmt.voices.resolve(voice)
-        self.check_options(language=language, **sampling)
+        self.check_options(language=language, speed=speed, **sampling)
         max_tokens = sampling.pop("max_tokens", None)
         options = self.sampling(**sampling)
         spoken = self.config.normalize if normalize is None else normalize
@@ -809,7 +818,10 @@ class VeenaEngine:
         self._requests += 1
         failure: BaseException | None = None
         try:
-            async with aclosing(request.run(parts)) as chunks:
+            chunks = request.run(parts)
+            if speed is not None and speed != 1.0:
+                chunks = at_speed(chunks, TimeStretcher(self.sample_rate, speed))
+            async with aclosing(chunks) as chunks:
                 async for chunk in chunks:
                     yield chunk
         except EngineDeadError as e:

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 from loguru import logger
 
 from pipecat_veena import tracing
-from pipecat_veena.engine import Voice, VoiceBook, check_voice_name
+from pipecat_veena.engine import Voice, VoiceBook, check_speed, check_voice_name
 from pipecat_veena.errors import (
     EngineNotRunningError,
     EnrolmentError,
@@ -216,6 +216,15 @@ class RemoteVeenaEngine:
         max_tokens = options.pop("max_tokens", None)
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        speed = options.pop("speed", None)
+        if speed is not None:
+            check_speed(speed)
+        options.pop("ssml", None)  # (the server reads the document)
+        lexicon = options.pop("lexicon", None)
+        if lexicon is not None:
+            from pipecat_veena.normalize.lexicon import request_lexicon
+
+            request_lexicon(lexicon)
         SamplingOptions(**options)
 
     def stats(self) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from loguru import logger
 from starlette.requests import ClientDisconnect
 
 from pipecat_veena.audio import BYTES_PER_SAMPLE
+from pipecat_veena.engine import check_speed
 from pipecat_veena.remote.protocol import (
     OPTION_TYPES,
     ErrorCode,
@@ -141,12 +142,11 @@ def parse_speech_request(body: bytes) -> SpeechRequest:
     stream_format = data.get("stream_format") or "audio"
     if stream_format not in STREAM_FORMATS:
         raise _bad(f"stream_format must be 'audio' or 'sse', got {stream_format!r}")
-    speed = data.get("speed")
-    if speed is not None and (isinstance(speed, bool) or speed != 1):
-        raise _bad(
-            f"speed {speed!r} is not supported: the model speaks at its own pace (send 1.0 or "
-            "leave it out; Spark voices take a speed level: voice 'female:moderate:high')"
-        )
+    if data.get("speed") is not None:
+        try:
+            check_speed(data["speed"])
+        except ValueError as e:
+            raise _bad(f"'speed': {e}") from None
     if not isinstance(data.get("instructions") or "", str):
         raise _bad("'instructions' must be a string (it is accepted and ignored)")
     rate = data.get("sample_rate", OPENAI_PCM_RATE)

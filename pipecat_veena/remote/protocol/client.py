@@ -30,6 +30,9 @@ OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "max_tokens": (int,),
     "language": (str,),
     "normalize": (bool,),
+    "speed": (int, float),
+    "lexicon": (dict,),
+    "ssml": (bool,),
 }
 
 
