@@ -22,6 +22,7 @@ BENCHMARKS = [
     ["benchmarks.streaming"],
     ["benchmarks.engine_glue"],
     ["benchmarks.resample"],
+    ["benchmarks.speed"],
     ["benchmarks.encode"],
     ["benchmarks.grammar"],
     ["benchmarks.service", "--kind", "spark-tiny", "--concurrency", "1", "4", "16"],
