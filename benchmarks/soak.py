@@ -56,6 +56,7 @@ import psutil
 import websockets
 from loguru import logger
 
+from benchmarks._load_calls import Deadline
 from benchmarks._report import update_section
 from benchmarks.load import FIGURES, ServeProcess, free_port, settle
 from pipecat_veena.audio import float_to_int16, snr_db
@@ -81,15 +82,21 @@ PAIRS = (
 #: close to it (codec batches shared with other streams move samples by a unit or two; a
 #: missing or repeated chunk drops it near 0 dB).
 MIN_SNR_DB = 20.0
-#: Every error code of the protocol (a failure with another code, or none, is untyped).
-KNOWN_CODES = frozenset(v for k, v in vars(ErrorCode).items() if k.isupper())
+#: RemoteVeenaEngine's own codes (a ``ServerUnavailableError``: no server reachable in time, the
+#: connection lost, an utterance never sent); retryable.
+CLIENT_CODES = frozenset({"server_unavailable", "connection_lost", "not_sent"})
+#: Every error code of the protocol and the client (a failure with another code, or none, is
+#: untyped).
+KNOWN_CODES = frozenset(v for k, v in vars(ErrorCode).items() if k.isupper()) | CLIENT_CODES
 #: Codes that mean the server or its engine failed (not the request): they must be retryable.
 FAULT_CODES = frozenset(
     {ErrorCode.ENGINE_UNAVAILABLE, ErrorCode.GENERATION_FAILED, ErrorCode.INTERNAL,
-     ErrorCode.SERVER_STARTING}
+     ErrorCode.SERVER_STARTING, *CLIENT_CODES}
 )  # fmt: skip
 #: An HTTP pcm body cut short after the first audio: the documented signal of a failure then.
 ABORTED = "aborted_transfer"
+#: Codes a retry may succeed after.
+RETRYABLE_CODES = RETRYABLE | CLIENT_CODES | {ABORTED}
 #: What each client does, and how often (relative weights).
 MIX = {"bot": 3, "ws": 3, "http": 2, "sse": 2, "upload": 1}
 #: Upload kinds, equally often.
@@ -108,6 +115,8 @@ class SoakPlan:
         hang_s: an action still running after this long counts as hung (and is stopped).
         seed: the random choices' seed.
         max_upload_bytes: the server's upload cap (the oversized upload goes over it).
+        after_recovery_s: the traffic goes on at least this long after the engine is back from
+            the last kill (the run is longer when a restart is slow).
     """
 
     duration_s: float = 1200.0
@@ -117,6 +126,7 @@ class SoakPlan:
     hang_s: float = 120.0
     seed: int = 0
     max_upload_bytes: int = 8 * 1024 * 1024
+    after_recovery_s: float = 30.0
 
 
 @dataclass
@@ -178,7 +188,8 @@ class Kill:
 
     at_s: float
     pid: int | None
-    ready_again_s: float | None = None  # from the kill to /ready 200 (None: not in time)
+    unready_s: float | None = None  # from the kill to /ready not 200 (the server noticed)
+    ready_again_s: float | None = None  # from the kill to /ready 200 again (None: not in time)
     health: Counter = field(default_factory=Counter)  # /health statuses seen meanwhile
 
 
@@ -269,7 +280,7 @@ def _http_error(response: httpx.Response) -> tuple[str | None, str]:
 
 
 def _failed(path: str, mode: str, code: str | None, detail: str, audio: bool) -> Result:
-    retryable = None if code is None else (code in RETRYABLE or code == ABORTED)
+    retryable = None if code is None else code in RETRYABLE_CODES
     return Result(path, mode, "failed", code=code, retryable=retryable, audio=audio,
                   detail=detail[:300])  # fmt: skip
 
@@ -293,7 +304,9 @@ class Soak:
         self.kills: list[Kill] = []
         self.clip = b""
         self.start = 0.0
+        self.deadline = Deadline(0.0)
         self.ready = True
+        self.ran_s = 0.0
 
     def now(self) -> float:
         return time.monotonic() - self.start
@@ -441,7 +454,8 @@ class Soak:
             "truncated": self.clip[: rng.randrange(20, 400)],
             "oversized": b"\0" * (self.plan.max_upload_bytes + 64 * 1024),
         }[kind]
-        form = {"name": f"soak-{rng.randrange(4)}", "consent": "true"}
+        # a few names, enrolled again and again (replace=true: the owner replaces their own)
+        form = {"name": f"soak-{rng.randrange(4)}", "consent": "true", "replace": "true"}
         files = {"file": ("clip.wav", data, "audio/wav")}
         try:
             response = await http.post(f"{self.url}/v1/audio/voices", data=form, files=files)
@@ -467,12 +481,12 @@ class Soak:
         return Result(path, mode, "completed", whole=whole, audio=bool(pcm), detail=detail)
 
     # -- the run -----------------------------------------------------------------------------
-    async def worker(self, index: int, deadline: float) -> None:
+    async def worker(self, index: int) -> None:
         rng = random.Random(self.plan.seed * 1000 + index)
-        engine = RemoteVeenaEngine(self.url, connect_timeout_s=30.0, response_timeout_s=60.0)
+        engine = RemoteVeenaEngine(self.url, connect_timeout_s=90.0, response_timeout_s=60.0)
         async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http:
             try:
-                while time.monotonic() < deadline:
+                while self.deadline.left() > 0:
                     path = rng.choices(list(MIX), list(MIX.values()))[0]
                     action = {
                         "bot": lambda: self.bot(engine, rng),
@@ -526,15 +540,23 @@ class Soak:
             self.ready = False
             async with httpx.AsyncClient(timeout=5.0) as http:
                 while time.monotonic() - killed < 300 and not stop.is_set():
-                    await asyncio.sleep(0.25)
+                    await asyncio.sleep(0.1)
                     try:
                         kill.health[(await http.get(f"{self.url}/health")).status_code] += 1
-                        if (await http.get(f"{self.url}/ready")).status_code == 200:
-                            kill.ready_again_s = round(time.monotonic() - killed, 2)
-                            break
+                        ready = (await http.get(f"{self.url}/ready")).status_code == 200
                     except httpx.HTTPError as e:
                         kill.health[type(e).__name__] += 1
+                        continue
+                    took = round(time.monotonic() - killed, 2)
+                    if not ready and kill.unready_s is None:
+                        kill.unready_s = took
+                    elif ready and (kill.unready_s is not None or took > 30):
+                        kill.ready_again_s = took  # (never unready in 30 s: a restart too
+                        break  # quick for 0.1 s polls, or none)
             self.ready = kill.ready_again_s is not None
+            if self.ready:
+                later = time.monotonic() + self.plan.after_recovery_s
+                self.deadline.at = max(self.deadline.at, later)
             logger.info(f"soak: ready again after {kill.ready_again_s} s ({dict(kill.health)})")
 
     async def run(self) -> dict[str, Any]:
@@ -542,13 +564,14 @@ class Soak:
         self.clip = await asyncio.to_thread(espeak_clip)
         await self.record_references()
         self.start = time.monotonic()
-        deadline = self.start + self.plan.duration_s
+        self.deadline.at = self.start + self.plan.duration_s
         stop = asyncio.Event()
         background = [asyncio.create_task(self.sampler(stop)),
                       asyncio.create_task(self.killer(stop))]  # fmt: skip
-        workers = [asyncio.create_task(self.worker(i, deadline)) for i in range(self.plan.workers)]
+        workers = [asyncio.create_task(self.worker(i)) for i in range(self.plan.workers)]
         progress = asyncio.create_task(self._progress())
         await asyncio.gather(*workers)
+        self.ran_s = round(self.now(), 1)
         stop.set()
         progress.cancel()
         await asyncio.gather(*background)
@@ -597,6 +620,7 @@ class Soak:
         problems += [f"the last utterance: {final}"] * (final not in ("exact", "close"))
         return {
             "duration_s": self.plan.duration_s,
+            "ran_s": self.ran_s,
             "workers": self.plan.workers,
             "references": {f"{t[:24]}|{s}": {"samples": len(r.pcm) // 2, "tokens": r.tokens,
                                             "sha256": r.sha256, "repeatable": r.repeatable}
@@ -623,7 +647,8 @@ class Soak:
             ),
             "hung": len(hung),
             "kills": [
-                {"at_s": k.at_s, "pid": k.pid, "ready_again_s": k.ready_again_s,
+                {"at_s": k.at_s, "pid": k.pid, "unready_s": k.unready_s,
+                 "ready_again_s": k.ready_again_s,
                  "health": {str(c): n for c, n in k.health.items()}}
                 for k in self.kills
             ],  # fmt: skip
@@ -680,6 +705,7 @@ def table(s: dict[str, Any]) -> str:
         r = s["resources"][key]
         rows.append(f"| {name} | {r['first']:g} | {r['min']:g} | {r['max']:g} | {r['last']:g} |")
     rows.append("")
+    rows.append(f"- {s['actions']} actions in {s['ran_s']:g} s of traffic")
     whole = ", ".join(f"{k} {v}" for k, v in sorted(s["whole"].items()))
     rows.append(f"- completed utterances against their reference: {whole or 'none'}")
     failures = ", ".join(f"{k} x{v}" for k, v in sorted(s["failures"].items()))
@@ -689,8 +715,8 @@ def table(s: dict[str, Any]) -> str:
     for k in s["kills"]:
         again = "never" if k["ready_again_s"] is None else f"{k['ready_again_s']:g} s"
         health = ", ".join(f"{c}: {n}" for c, n in k["health"].items())
-        rows.append(f"- EngineCore killed at {k['at_s']:g} s: /ready 200 again after {again} "
-                    f"(/health meanwhile {health or '-'})")  # fmt: skip
+        rows.append(f"- EngineCore killed at {k['at_s']:g} s: /ready 503 after {k['unready_s']} s, "
+                    f"200 again after {again} (/health meanwhile {health or '-'})")  # fmt: skip
     rows.append(f"- hung: {s['hung']}; left running at the end: {s['left_running']:g}; "
                 f"an utterance after the run: {s['final_utterance']}")  # fmt: skip
     if s["bot_said_not_retryable"]:
@@ -751,7 +777,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         title = f"Soak: {args.minutes:g} minutes of mixed traffic on one server, {args.kills} kills"
         figure = plot(soak.samples, soak.kills, FIGURES / f"{args.report}.png", title)
-        command = "python -m benchmarks.soak " + shlex.join(sys.argv[1:] if argv is None else argv)
+        command = (f"python -m benchmarks.soak --kind {shlex.quote(args.kind)} --minutes "
+                   f"{args.minutes:g} --kills {args.kills} --workers {args.workers} "
+                   f"--seed {args.seed}")  # fmt: skip
         body = (
             f"`pipecat-veena serve` on {args.kind} (its own process) and {args.workers} clients "
             f"in this process, each doing one thing after another: {_mix_line()}. "

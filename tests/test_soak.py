@@ -77,8 +77,13 @@ async def test_two_minutes_of_mixed_traffic_with_an_engine_kill(tmp_path):
 
     if SUPERVISED:
         (kill,) = summary["kills"]
-        assert kill["pid"] is not None and kill["ready_again_s"] is not None, kill
+        assert kill["pid"] is not None and kill["unready_s"] is not None, kill  # noticed
+        assert kill["ready_again_s"] is not None, kill  # and came back
         assert set(kill["health"]) == {"200"}, kill  # liveness never failed while it restarted
+        back = kill["at_s"] + kill["ready_again_s"]
+        for path in ("bot", "ws", "http", "sse"):  # every client spoke again after it
+            assert any(r.path == path and r.outcome == "completed" and r.at_s > back
+                       for r in results), (path, kill)  # fmt: skip
     res = summary["resources"]
     assert res["rss_mb"]["last"] - res["rss_mb"]["first"] < RSS_GROWTH_MB, res
     assert res["fds"]["last"] - res["fds"]["first"] < FD_GROWTH, res
