@@ -29,6 +29,7 @@ BENCHMARKS = [
     ["benchmarks.service", "--kind", "spark", "--concurrency", "1", "4"],
     ["benchmarks.threads"],
     ["benchmarks.serve"],
+    ["benchmarks.engine_restart"],
     ["benchmarks.playground"],
     ["benchmarks.load", "--spawn-server", "spark-tiny", "--concurrency", "1", "4", "16",
      "--duration", "40", "--report", "load_server", "--no-progress",
