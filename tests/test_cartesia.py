@@ -124,7 +124,8 @@ async def test_encodings_and_rates(encoding, width):
     [
         ({"voice": {"mode": "embedding", "embedding": [0.1] * 192}}, "unknown_voice"),
         ({"voice": {"mode": "id", "id": "nobody"}}, "unknown_voice"),
-        ({"generation_config": {"speed": 1.3}}, "bad_options"),
+        ({"generation_config": {"speed": 2.5}}, "bad_options"),
+        ({"generation_config": {"volume": 1.3}}, "bad_options"),
         ({"generation_config": {"emotion": "happy"}}, "bad_options"),
         ({"pronunciation_dict_id": "dict-1"}, "bad_message"),
         ({"output_format": {"container": "mp3", "sample_rate": 16000}}, "bad_message"),
@@ -157,6 +158,20 @@ async def test_accepted_fields_and_unknown_ones():
             await ws.send(_msg("k", "नमस्ते।", more=False, **extra))
             assert (await _context(ws, "k"))[-1]["type"] == "done"
     assert engine.calls[0][2] == {"language": "hi"}
+
+
+async def test_generation_config_speed_reaches_the_engine():
+    """generation_config.speed is the engine's speed option (0.5-2.0, pitch kept); outside
+    the range a bad_options naming it."""
+    engine = FakeSpeechEngine(chunks=1)
+    async with serving(engine) as handle:
+        async with websockets.connect(_url(handle)) as ws:
+            await ws.send(_msg("s", "Hello.", more=False, generation_config={"speed": 1.3}))
+            assert (await _context(ws, "s"))[-1]["type"] == "done"
+            await ws.send(_msg("t", "Hello.", more=False, generation_config={"speed": 0.3}))
+            (msg,) = await _context(ws, "t")
+    assert engine.calls[0][2] == {"speed": 1.3}
+    assert msg["error_code"] == "bad_options" and "0.5 to 2.0" in msg["message"], msg
 
 
 async def test_a_context_keeps_its_voice_and_format():

@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse, Response
 from loguru import logger
 from starlette.requests import ClientDisconnect
 
+from pipecat_veena.engine import check_speed
 from pipecat_veena.interface import WordTiming
 from pipecat_veena.remote.protocol import (
     CLOSE_GOING_AWAY,
@@ -261,7 +262,9 @@ def parse_request(
         raise _bad("'language' must be a language code such as 'hi' or 'en' (or null)", ref)
     if language and language.lower().startswith("hi"):
         options["language"] = "hi"
-    _check_generation_config(data.get("generation_config"), ref)
+    speed = _check_generation_config(data.get("generation_config"), ref)
+    if speed is not None and speed != 1:
+        options["speed"] = speed
     if data.get("pronunciation_dict_id"):
         raise _bad(
             "pronunciation_dict_id is not served: this server has no pronunciation "
@@ -286,21 +289,29 @@ def parse_request(
     )  # fmt: skip
 
 
-def _check_generation_config(config: Any, ref: str | None) -> None:
-    """``generation_config``: speed and volume 1.0 only, no emotion (never a silent ignore)."""
+def _check_generation_config(config: Any, ref: str | None) -> float | None:
+    """``generation_config``: its speed (0.5-2.0, or None); volume 1.0 only, no emotion.
+
+    Never a silent ignore: anything else is a ``bad_options`` naming it.
+    """
     if config is None:
-        return
+        return None
     if not isinstance(config, dict):
         raise _bad("'generation_config' must be an object", ref)
-    for name in ("speed", "volume"):
-        value = config.get(name)
-        if value is not None and (isinstance(value, bool) or value != 1):
-            raise ProtocolError(
-                ErrorCode.BAD_OPTIONS,
-                f"generation_config.{name} {value!r} is not served: the model speaks at its own "
-                f"{name}; send 1.0 or leave it out",
-                ref,
-            )
+    speed = config.get("speed")
+    if speed is not None:
+        try:
+            speed = check_speed(speed)
+        except ValueError as e:
+            raise ProtocolError(ErrorCode.BAD_OPTIONS, f"generation_config.{e}", ref) from None
+    volume = config.get("volume")
+    if volume is not None and (isinstance(volume, bool) or volume != 1):
+        raise ProtocolError(
+            ErrorCode.BAD_OPTIONS,
+            f"generation_config.volume {volume!r} is not served: the model speaks at its own "
+            "volume; send 1.0 or leave it out",
+            ref,
+        )
     if config.get("emotion") is not None:
         raise ProtocolError(
             ErrorCode.BAD_OPTIONS,
@@ -308,6 +319,7 @@ def _check_generation_config(config: Any, ref: str | None) -> None:
             "tags read them inline in the transcript, see GET /v1/audio/voices)",
             ref,
         )
+    return speed
 
 
 def _cartesia_key(settings: ServerSettings, connection: Request | WebSocket) -> str:
