@@ -183,3 +183,25 @@ def test_chunks_at_speed_carry_scaled_words_after_their_audio():
         emitted += c.num_samples
         assert all(w.end <= emitted / RATE + 1e-6 for w in c.words)
     assert out[-1].tokens == 2
+
+
+def test_speed_changes_scheduled_at_samples_apply_there_whatever_the_chunks():
+    """A span at its own speed (SSML <prosody rate>): set_speed_at before its audio arrives
+    equals set_speed called exactly at its first sample."""
+    x = voiced(2.0)
+    exact = TimeStretcher(RATE, 1.0)
+    out = [exact.process(x[:8000])]
+    exact.set_speed(1.5)
+    out.append(exact.process(x[8000:20000]))
+    exact.set_speed(1.0)
+    out += [exact.process(x[20000:]), exact.flush()]
+    want = np.concatenate(out)
+    for seed in range(3):
+        s = TimeStretcher(RATE, 1.0)
+        s.set_speed_at(20000, 1.0)
+        s.set_speed_at(8000, 1.5)
+        got = streamed(x, 1.0, seed, s)
+        assert np.array_equal(got, want)
+    assert len(want) == 8000 + round(12000 / 1.5) + (len(x) - 20000)
+    with pytest.raises(ValueError, match="0.5 to 2.0"):
+        TimeStretcher(RATE).set_speed_at(10, 3.0)

@@ -105,6 +105,7 @@ class TimeStretcher:
         # (input seconds, output seconds, speed) from which each speed applies
         self._segments: list[tuple[float, float, float]] = [(0.0, 0.0, self._speed)]
         self._received = 0  # input samples fed
+        self._pending: list[tuple[int, float]] = []  # (input sample, speed) from set_speed_at
         self._begin(0)
 
     def _begin(self, at: int) -> None:
@@ -131,6 +132,20 @@ class TimeStretcher:
             self._passing = False
             self._begin(self._received)
 
+    def set_speed_at(self, sample: int, speed: float) -> None:
+        """Apply ``speed`` from input sample ``sample`` on (now, if it was fed already).
+
+        For a span of an utterance at its own speed (SSML ``<prosody rate>``): where a part's
+        audio starts and ends is known in samples of the unstretched stream, possibly before
+        that audio is fed; changes apply in the order of their samples.
+        """
+        speed = check_speed(speed)
+        if sample <= self._received:
+            self.set_speed(speed)
+            return
+        self._pending.append((sample, speed))
+        self._pending.sort(key=lambda change: change[0])
+
     def output_time(self, t: float) -> float:
         """Where input time ``t`` (seconds) lands in the output: divided by the speed(s)."""
         for start, out, speed in reversed(self._segments):
@@ -140,6 +155,19 @@ class TimeStretcher:
 
     def process(self, samples: np.ndarray) -> np.ndarray:
         """Stretch the next chunk of int16 samples; returns the int16 output ready now."""
+        if not self._pending or self._pending[0][0] >= self._received + len(samples):
+            return self._feed(samples)
+        out = []
+        while self._pending and self._pending[0][0] < self._received + len(samples):
+            at, speed = self._pending.pop(0)
+            cut = max(at - self._received, 0)
+            out.append(self._feed(samples[:cut]))
+            samples = samples[cut:]
+            self.set_speed(speed)
+        out.append(self._feed(samples))
+        return np.concatenate(out).astype(np.int16)
+
+    def _feed(self, samples: np.ndarray) -> np.ndarray:
         self._received += len(samples)
         if self._passing:
             return samples
