@@ -809,7 +809,8 @@ class VeenaEngine:
             return
         rid = f"{request_id or 'tts'}-{uuid.uuid4().hex[:12]}"
         request = Utterance(
-            self._parts, rid, voice_obj, options, max_tokens, language=language, text=text
+            self._parts, rid, voice_obj, options, max_tokens, language=language, text=text,
+            speed=speed or 1.0,
         )
         request.trace = tracing.utterance(
             rid, voice_obj.name, self.model_name, len(text), len(parts)

@@ -73,6 +73,8 @@ class Utterance:
         language: how the text's numbers and codes are read ("auto", "hi", "en"), for timing.
         text: the caller's text as passed: word offsets point into it ("" when not known: the
             offsets then point into the parts' written text, joined by spaces).
+        speed: the playback speed the engine stretches this audio to (``engine.speed``): the
+            listener plays it that much faster, which hurrying reckons with.
     """
 
     def __init__(
@@ -85,9 +87,11 @@ class Utterance:
         *,
         language: str = "auto",
         text: str = "",
+        speed: float = 1.0,
     ) -> None:
         self.shared = shared
         self.language = language
+        self.speed = speed
         self.config = shared.config
         self.max_tokens = max_tokens
         self.fmt = shared.fmt
@@ -277,11 +281,12 @@ class Utterance:
             return False
         now = time.monotonic()
         return should_hurry(
-            buffered_s=self.samples / self.codec.sample_rate - (now - self.first_audio_at),
+            buffered_s=self.samples / self.codec.sample_rate / self.speed
+            - (now - self.first_audio_at),
             frames_until_due=self.decoder.frames_until_due,
             frames_per_s=self.decoder.frames_received / max(now - self.first_code_at, 1e-6),
             margin_s=max(self.config.min_buffer_s, 1.5 * self.last_decode_s),
-            real_time_fps=self.codec.frame_rate,
+            real_time_fps=self.codec.frame_rate * self.speed,
         )
 
     async def abort(self, error: Exception | None = None) -> None:
