@@ -146,7 +146,7 @@ def test_hurrying_pays_even_when_small_chunks_decode_slower_than_real_time(load)
     assert [g for g in _simulate_decoding(1.44, hurry=True, **cost) if g[0] >= 1.0] == []
 
 
-def _utterance_state(*, seed=None, last_decode_s: float) -> SimpleNamespace:
+def _utterance_state(*, seed=None, last_decode_s: float, speed: float = 1.0) -> SimpleNamespace:
     """What ``Utterance._urgent`` reads: 80 ms played from a first chunk of 80 ms just now, the
     LLM at 72 frames/s, 8 frames still to come before the next regular chunk."""
     now = time.monotonic()
@@ -159,6 +159,7 @@ def _utterance_state(*, seed=None, last_decode_s: float) -> SimpleNamespace:
         decoder=SimpleNamespace(frames_until_due=8, frames_received=72),
         last_decode_s=last_decode_s,
         config=SimpleNamespace(min_buffer_s=0.05),
+        speed=speed,
     )
 
 
@@ -171,6 +172,18 @@ def test_the_engine_hurries_even_after_a_decode_slower_than_its_chunk():
     slow = _utterance_state(last_decode_s=0.01)
     slow.decoder.frames_received = 40  # 40 frames/s: slower than real time, dry anyway
     assert not Utterance._urgent(slow)
+
+
+def test_hurrying_reckons_with_the_playback_speed():
+    """At speed 2 the listener plays the 80 ms buffered in 40 ms, and real time is 100 frames/s:
+    a chunk 2 frames away (13 ms at 150 frames/s) is worth hurrying for at 2.0, not at 1.0."""
+    fast = _utterance_state(last_decode_s=0.01, speed=2.0)
+    fast.decoder.frames_until_due, fast.decoder.frames_received = 2, 150
+    assert Utterance._urgent(fast)
+    fast.speed = 1.0
+    assert not Utterance._urgent(fast)
+    fast.speed, fast.decoder.frames_received = 2.0, 90  # slower than real time at 2x: dry anyway
+    assert not Utterance._urgent(fast)
 
 
 @pytest.mark.parametrize("seconds", [8.0, 15.0])
