@@ -175,13 +175,17 @@ async def test_generation_config_speed_reaches_the_engine():
 
 
 async def test_a_context_keeps_its_voice_and_format():
-    engine = FakeSpeechEngine(endless=True, delay=0.01)
+    engine = FakeSpeechEngine(chunks=2, delay=0.01)
     async with serving(engine) as handle:
         async with websockets.connect(_url(handle)) as ws:
             await ws.send(_msg("v", "Hello. "))
+            # (a message may leave out the voice and format: the context keeps its own)
+            await ws.send(json.dumps({"context_id": "v", "transcript": "Hi. ", "continue": True}))
+            await until(lambda: [c[0] for c in engine.calls] == ["Hello. ", "Hi. "], 5)
             await ws.send(_msg("v", "More. ", voice={"mode": "id", "id": "male"}))
             msg = await _until_error(ws)
             assert (msg["error_code"], msg["context_id"]) == ("bad_message", "v")
+            assert "keeps the voice" in msg["message"]
             await ws.send(json.dumps({"context_id": "v", "cancel": True}))
             assert (await _context(ws, "v"))[-1]["type"] == "done"
             await until(lambda: not engine.open, 5)

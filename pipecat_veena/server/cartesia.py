@@ -224,6 +224,7 @@ class GenerationRequest:
     more: bool = False  # ``continue``
     buffer_delay_ms: int = DEFAULT_BUFFER_DELAY_MS
     flush: bool = False
+    output_given: bool = True  # (False: ``output`` is the default, the message had none)
 
 
 def parse_request(
@@ -285,7 +286,7 @@ def parse_request(
         flags[name] = value
     return GenerationRequest(
         transcript, voice, output, options, flags["add_timestamps"], flags["continue"],
-        delay, flags["flush"],
+        delay, flags["flush"], data.get("output_format") is not None,
     )  # fmt: skip
 
 
@@ -383,7 +384,10 @@ class CartesiaContext(WsUtterance):
                 "takes no more text: use a new context_id",
                 self.id,
             )
-        if (req.voice, req.output.encoding, req.output.sample_rate) != self.fixed:
+        voice, encoding, rate = self.fixed  # (a message may leave them out)
+        if (req.voice is not None and req.voice != voice) or (
+            req.output_given and (req.output.encoding, req.output.sample_rate) != (encoding, rate)
+        ):
             raise _bad(
                 f"context {self.id!r} keeps the voice and output_format of its first message; "
                 "use a new context_id for another",
