@@ -294,3 +294,18 @@ def test_x_api_key_owns_the_same_voices_as_the_bearer_key():
     bearer = voice_owner(settings, request({"Authorization": "Bearer k1"}))
     assert voice_owner(settings, request({"X-API-Key": "k1"})) == bearer
     assert voice_owner(settings, request({"X-API-Key": "k2"})) != bearer
+
+
+async def test_per_key_cap_counts_cartesia_contexts():
+    """Contexts take stream slots of the caller's key like our own utterances do."""
+    settings = ServerSettings(api_keys={"k1": "a"}, max_streams_per_key=1)
+    engine = FakeSpeechEngine(endless=True, delay=0.01)
+    async with serving(engine, settings) as handle:
+        headers = {"X-API-Key": "k1"}
+        async with websockets.connect(_url(handle), additional_headers=headers) as ws:
+            await ws.send(_msg("one", "Speak for ever.", more=False))
+            await ws.send(_msg("two", "No slot for me.", more=False))
+            msg = await _until_error(ws)
+            assert (msg["error_code"], msg["context_id"]) == ("too_many_streams", "two")
+            assert msg["status_code"] == 429 and "'a'" in msg["message"]
+        await until(lambda: not engine.open and not handle.state.slots.active, 5)
