@@ -9,6 +9,9 @@ sample, its word times divided by s, and 1.0 changes nothing.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import wave
 
 import httpx
 import numpy as np
@@ -18,6 +21,7 @@ from server_fakes import RawClient, serving
 
 from benchmarks.interruption import ENGLISH, MIXED, interrupted_turn, judge, kept_words
 from pipecat_veena.engine import EngineConfig, VeenaEngine, stretch
+from pipecat_veena.remote import RemoteVeenaEngine
 
 pytestmark = pytest.mark.vllm
 
@@ -95,6 +99,46 @@ async def test_server_openai_route_and_websocket_take_speed(engine):
             _, end = await client.until_end("t")
             assert end.type == "error" and end.code == "bad_options", end
             assert "0.5 to 2.0" in end.message
+
+
+async def test_remote_engine_speaks_at_speed_through_the_real_server(engine):
+    """RemoteVeenaEngine.stream(speed=...) over the real server: the stretched audio and the
+    scaled word times of the in-process engine; a speed outside the range refused locally."""
+    _, base, base_words = await _speak(engine)
+    async with serving(engine) as server:
+        async with RemoteVeenaEngine(server.url) as remote:
+            with pytest.raises(ValueError, match=r"0\.5 to 2\.0"):
+                remote.check_options(speed=2.5)
+            chunks, audio, words = await _speak(remote, speed=1.5)
+    assert np.array_equal(audio, stretch(base, engine.sample_rate, 1.5))
+    assert [w.word for w in words] == [w.word for w in base_words]
+    for before, after in zip(base_words, words, strict=True):
+        assert after.start == pytest.approx(before.start / 1.5, abs=2e-3)
+
+
+def test_cli_say_refuses_a_speed_outside_the_range_before_loading():
+    result = subprocess.run(
+        [sys.executable, "-m", "pipecat_veena.cli", "say", "Hello.", "--speed", "2.5"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2 and "--speed" in result.stderr
+    assert "0.5 to 2.0" in result.stderr
+
+
+def test_cli_say_speed_writes_the_stretched_utterance(tmp_path, spark_tiny_checkpoint):
+    """pipecat-veena say --speed 1.5 (a real engine, a real Pipecat pipeline into a WAV):
+    the seeded utterance 1/1.5 as long as at the model's pace."""
+    lengths = {}
+    for speed in ("1.0", "1.5"):
+        out = tmp_path / f"{speed}.wav"
+        cmd = [sys.executable, "-m", "pipecat_veena.cli", "say", "Hello there, thank you.",
+               "--model", str(spark_tiny_checkpoint), "--seed", "3", "--speed", speed,
+               "-o", str(out)]  # fmt: skip
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-2000:]
+        with wave.open(str(out)) as wav:
+            lengths[speed] = wav.getnframes()
+    assert abs(lengths["1.5"] - lengths["1.0"] / 1.5) <= 2
 
 
 async def test_pipecat_barge_in_context_is_exact_at_speed_one_and_a_half(engine):
