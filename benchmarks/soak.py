@@ -116,7 +116,8 @@ class SoakPlan:
         seed: the random choices' seed.
         max_upload_bytes: the server's upload cap (the oversized upload goes over it).
         after_recovery_s: the traffic goes on at least this long after the engine is back from
-            the last kill (the run is longer when a restart is slow).
+            the last kill (the run is longer when a restart is slow), and then until every
+            kind of speech client has completed an utterance since (at most 120 s more).
     """
 
     duration_s: float = 1200.0
@@ -305,6 +306,8 @@ class Soak:
         self.clip = b""
         self.start = 0.0
         self.deadline = Deadline(0.0)
+        self.recovered_s: float | None = None  # the engine back from the last kill (run time)
+        self.restarting = False  # a kill's recovery is being waited for
         self.ready = True
         self.ran_s = 0.0
 
@@ -486,7 +489,7 @@ class Soak:
         engine = RemoteVeenaEngine(self.url, connect_timeout_s=90.0, response_timeout_s=60.0)
         async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http:
             try:
-                while self.deadline.left() > 0:
+                while self._more():
                     path = rng.choices(list(MIX), list(MIX.values()))[0]
                     action = {
                         "bot": lambda: self.bot(engine, rng),
@@ -509,6 +512,20 @@ class Soak:
                     await asyncio.sleep(rng.uniform(0.0, 0.5))
             finally:
                 await engine.shutdown()
+
+    def _more(self) -> bool:
+        """Whether the traffic goes on: until the deadline and while a kill's restart lasts,
+        then until every speech client has completed an utterance since the engine came back
+        (at most ``after_recovery_s`` + 120 s)."""
+        if self.deadline.left() > 0 or self.restarting:
+            return True
+        if self.recovered_s is None:
+            return False
+        if self.now() > self.recovered_s + self.plan.after_recovery_s + 120:
+            return False
+        spoke = {r.path for r in self.results
+                 if r.outcome == "completed" and r.at_s > self.recovered_s}  # fmt: skip
+        return not {"bot", "ws", "http", "sse"} <= spoke
 
     async def sampler(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -535,29 +552,39 @@ class Soak:
                 logger.warning("soak: no EngineCore process to kill")
                 continue
             logger.info(f"soak: SIGKILL EngineCore {core.pid} at {kill.at_s:.0f} s")
-            os.kill(core.pid, signal.SIGKILL)
-            killed = time.monotonic()
-            self.ready = False
-            async with httpx.AsyncClient(timeout=5.0) as http:
-                while time.monotonic() - killed < 300 and not stop.is_set():
-                    await asyncio.sleep(0.1)
-                    try:
-                        kill.health[(await http.get(f"{self.url}/health")).status_code] += 1
-                        ready = (await http.get(f"{self.url}/ready")).status_code == 200
-                    except httpx.HTTPError as e:
-                        kill.health[type(e).__name__] += 1
-                        continue
-                    took = round(time.monotonic() - killed, 2)
-                    if not ready and kill.unready_s is None:
-                        kill.unready_s = took
-                    elif ready and (kill.unready_s is not None or took > 30):
-                        kill.ready_again_s = took  # (never unready in 30 s: a restart too
-                        break  # quick for 0.1 s polls, or none)
+            self.ready, self.restarting = False, True
+            try:
+                os.kill(core.pid, signal.SIGKILL)
+                await self._wait_ready(kill, stop)
+            except ProcessLookupError:  # it ended by itself meanwhile: the restart is timed
+                await self._wait_ready(kill, stop)
+            finally:
+                self.restarting = False
             self.ready = kill.ready_again_s is not None
             if self.ready:
+                self.recovered_s = self.now()
                 later = time.monotonic() + self.plan.after_recovery_s
                 self.deadline.at = max(self.deadline.at, later)
             logger.info(f"soak: ready again after {kill.ready_again_s} s ({dict(kill.health)})")
+
+    async def _wait_ready(self, kill: Kill, stop: asyncio.Event) -> None:
+        """Poll /health and /ready after a kill: when /ready turned 503, when 200 again."""
+        killed = time.monotonic()
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            while time.monotonic() - killed < 300 and not stop.is_set():
+                await asyncio.sleep(0.1)
+                try:
+                    kill.health[(await http.get(f"{self.url}/health")).status_code] += 1
+                    ready = (await http.get(f"{self.url}/ready")).status_code == 200
+                except httpx.HTTPError as e:
+                    kill.health[type(e).__name__] += 1
+                    continue
+                took = round(time.monotonic() - killed, 2)
+                if not ready and kill.unready_s is None:
+                    kill.unready_s = took
+                elif ready and (kill.unready_s is not None or took > 30):
+                    kill.ready_again_s = took  # (never unready in 30 s: a restart too quick
+                    return  # for 0.1 s polls, or none)
 
     async def run(self) -> dict[str, Any]:
         """References, the traffic with its kills and samples, the end checks; the summary."""
