@@ -150,3 +150,14 @@ async def test_probes_through_a_restart(state, alive, available):
     assert (problem and problem.code) == available
     if state == "restarting":
         assert "restarting" in problem.message
+
+
+def test_ray_replicas_leave_the_restart_to_serve(spark_tiny_checkpoint):
+    """A Ray Serve replica's engine does not restart in place by default: its health check
+    fails at once and Serve replaces the replica (tests/test_deploy_ray.py), as before."""
+    from pipecat_veena.deploy.replica_args import ReplicaArgs
+
+    model = str(spark_tiny_checkpoint)
+    assert ReplicaArgs(model=model).engine_config().restart_attempts == 0
+    chosen = ReplicaArgs(model=model, engine={"restart_attempts": 2}).engine_config()
+    assert chosen.restart_attempts == 2
