@@ -124,7 +124,8 @@ async def test_in_process_engine_fails_in_flight_streams_then_comes_back(victim)
     await victim.back()
     assert engine.state == "running" and engine.restarts == restarts + 1
     assert await _speak(engine) > 0
-    assert await asyncio.to_thread(_ended, killed)  # the dead engine was reaped
+    # the dead engine was reaped by the engine itself (a zombie would still have its pid)
+    assert not [p.pid for p in killed if psutil.pid_exists(p.pid)]
     assert len(victim.cores()) == len(killed)  # one new engine, nothing more
 
 
