@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipecat_veena.normalize import Lexicon, normalize
+from pipecat_veena.normalize import Lexicon, normalize, ssml
 from pipecat_veena.normalize.lexicon import MAX_REQUEST_ENTRIES, request_lexicon
 from pipecat_veena.normalize.ssml import (
     MAX_DEPTH,
@@ -97,7 +97,12 @@ def test_lang_sets_the_normalisers_language():
     assert _said('<lang xml:lang="en-IN">₹5</lang>') == "five rupees"
 
 
-def test_prosody_rate_is_kept_per_span():
+def test_prosody_rate_is_refused_until_spans_have_their_speed():
+    _refused('<prosody rate="150%">b</prosody>', r"not supported yet")
+
+
+def test_prosody_rate_is_kept_per_span(monkeypatch):
+    monkeypatch.setattr(ssml, "PROSODY_RATE", True)
     spans = parse_ssml('a <prosody rate="150%">b <prosody rate="slow">c</prosody></prosody> d')
     assert [(s.written.strip(), s.rate) for s in spans] == [
         ("a", None), ("b", 1.5), ("c", 0.75), ("d", None)
@@ -200,6 +205,8 @@ def test_a_request_lexicon_is_laid_over_the_servers():
     merged = server.merged(mine)
     assert merged.apply("Zomato EMI Asha", "en") == "ज़ोमैटो equated monthly instalment Aashaa"
     assert server.apply("Zomato EMI Asha", "en") == "ज़ोमैटो E M I Asha"  # unchanged
+    # an entry for every language wins over the server's entry for one language
+    assert server.merged(request_lexicon({"EMI": "easy"})).apply("EMI", "en") == "easy"
 
 
 @pytest.mark.parametrize(

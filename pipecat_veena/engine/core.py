@@ -17,7 +17,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from contextlib import aclosing
 from dataclasses import fields, replace
@@ -45,6 +45,8 @@ from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.logs import caller_text
 from pipecat_veena.normalize import LANGUAGES, Lexicon, sentence_language
 from pipecat_veena.normalize import normalize as normalize_text
+from pipecat_veena.normalize.lexicon import request_lexicon
+from pipecat_veena.normalize.ssml import Span, parse_ssml, ssml_parts
 from pipecat_veena.streaming import StreamConfig
 from pipecat_veena.streaming.tsm import TimeStretcher, check_speed
 from pipecat_veena.tasks import cancel_and_wait
@@ -747,6 +749,7 @@ class VeenaEngine:
         """Raise ValueError naming the problem when request options cannot work."""
         options.pop("normalize", None)
         _check_language(options.pop("language", "auto"))
+        _check_markup(options.pop("lexicon", None), options.pop("ssml", None))
         if options.get("speed") is not None:
             check_speed(options["speed"])
         options.pop("speed", None)
@@ -765,6 +768,8 @@ class VeenaEngine:
         normalize: bool | None = None,
         language: str = "auto",
         speed: float | None = None,
+        lexicon: Mapping[str, Any] | Lexicon | None = None,
+        ssml: bool = False,
         **sampling,
     ) -> AsyncIterator[AudioChunk]:
         """Speak ``text``: yields int16 PCM chunks at the codec's rate as they are decoded.
@@ -782,10 +787,16 @@ class VeenaEngine:
             speed: 0.5 to 2.0 (None or 1.0: as the model speaks, the chunks untouched): the
                 audio is time-stretched keeping its pitch (``streaming.tsm``, at the codec's
                 rate, one window of latency) and word times scale with it.
+            lexicon: this request's own term -> spoken form entries (``Lexicon`` shapes, at most
+                1000 entries and 64 KiB), laid over the engine's lexicon for this request only.
+            ssml: ``text`` is SSML (``pipecat_veena.normalize.ssml``: breaks are exact silence,
+                ``<sub>``, ``<say-as>``, ``<phoneme>``, ``<lang>`` change what the model reads;
+                word timings report the written words, offsets into ``text``).
             **sampling: temperature, top_k, top_p, repetition_penalty, max_tokens, seed.
 
         Raises:
             UnknownVoiceError, ValueError: bad voice or sampling option (before any work).
+            SsmlError: malformed or unsupported markup (a ValueError naming the position).
             MalformedStreamError: the model broke the codec grammar.
             NoAudioError: speakable text produced no audio.
             EngineNotRunningError, EngineDeadError: the engine cannot serve.
@@ -794,14 +805,19 @@ class VeenaEngine:
         self.refresh_voices()
         fmt = self._require_format()
         voice_obj = fmt.voices.resolve(voice)
-        self.check_options(language=language, speed=speed, **sampling)
+        self.check_options(language=language, speed=speed, lexicon=lexicon, ssml=ssml, **sampling)
         max_tokens = sampling.pop("max_tokens", None)
         options = self.sampling(**sampling)
         spoken = self.config.normalize if normalize is None else normalize
+        lex = self._lexicon
+        if lexicon is not None:
+            lex = (lex or Lexicon()).merged(request_lexicon(lexicon))
         if len(text) <= INLINE_TEXT_CHARS:
-            parts = self._model_texts(fmt, text, spoken, language)
+            parts = self._model_texts(fmt, text, spoken, language, lex, ssml)
         else:  # linear, but about 10 us a character at worst: keep the loop (and probes) free
-            parts = await asyncio.to_thread(self._model_texts, fmt, text, spoken, language)
+            parts = await asyncio.to_thread(
+                self._model_texts, fmt, text, spoken, language, lex, ssml
+            )
         if not parts:
             logger.debug(
                 f"{self}: nothing speakable in {caller_text(text, show=self.config.log_text)}"
@@ -837,29 +853,49 @@ class VeenaEngine:
             if request.trace is not None:
                 request.end_trace(failure)
 
-    def _model_texts(self, fmt: ModelFormat, text: str, spoken: bool, language: str) -> list[Part]:
+    def _model_texts(
+        self,
+        fmt: ModelFormat,
+        text: str,
+        spoken: bool,
+        language: str,
+        lexicon: Lexicon | None = None,
+        ssml: bool = False,
+    ) -> list[Part]:
         """The model's parts for ``text``.
 
         Cleaned, split in sentences, each normalised when ``spoken``, packed in parts that know
-        the written text they speak.
+        the written text they speak. SSML is parsed first: markup never reaches the model.
         """
         written = fmt.clean_text(text)  # injected control strings must not shape the parts either
+        budget = self.config.max_part_chars or fmt.voices.max_part_chars or DEFAULT_MAX_PART_CHARS
+        if ssml:
+            items = parse_ssml(written)
+            plain = " ".join(i.written for i in items if isinstance(i, Span))
+            speaker = self._speaker(plain, language, lexicon)
+            return ssml_parts(
+                items,
+                (lambda s, lang: speaker(s, lang)) if spoken else None,
+                budget,
+            )
         return split_parts(
-            written,
-            self.config.max_part_chars or fmt.voices.max_part_chars or DEFAULT_MAX_PART_CHARS,
-            self._speaker(written, language) if spoken else None,
+            written, budget, self._speaker(written, language, lexicon) if spoken else None
         )
 
-    def _speaker(self, text: str, language: str) -> Callable[[str], str]:
+    def _speaker(
+        self, text: str, language: str, lexicon: Lexicon | None = None
+    ) -> Callable[..., str]:
         """The spoken form of one sentence of ``text``, as ``normalize`` gives it in context.
 
         In "auto", a sentence with no words of its own is read in the language of the whole text.
+        The returned function takes a language that overrides the request's (SSML ``<lang>``).
         """
         default = sentence_language(text) or "en"
 
-        def speak(sentence: str) -> str:
-            lang = language if language != "auto" else sentence_language(sentence) or default
-            return normalize_text(sentence, lang, lexicon=self._lexicon)
+        def speak(sentence: str, forced: str | None = None) -> str:
+            lang = forced or language
+            lang = lang if lang != "auto" else sentence_language(sentence) or default
+            return normalize_text(sentence, lang, lexicon=lexicon)
 
         return speak
 
@@ -880,6 +916,14 @@ def _read_json(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ValueError(f"cannot read voice prints from {path}: {e}") from e
+
+
+def _check_markup(lexicon: object, ssml: object) -> None:
+    """Raise ValueError when a request's ``lexicon`` or ``ssml`` option is malformed."""
+    if lexicon is not None:
+        request_lexicon(lexicon)
+    if ssml is not None and not isinstance(ssml, bool):
+        raise ValueError(f"ssml must be true or false, got {ssml!r}")
 
 
 def _check_language(language: str) -> None:

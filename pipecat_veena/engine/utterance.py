@@ -134,12 +134,19 @@ class Utterance:
         self._written_at = 0  # without it: offset of the group's written text in theirs
         self._spoiled = False  # a part of the open group was cut short: no words for it
         self._timing: deque[asyncio.Future[list[WordTiming]]] = deque()
+        self._base = 0  # samples before the current decoder (earlier decoders and pauses)
+        self._silence = 0  # samples of pauses (SSML breaks)
 
     async def run(self, parts: list[Part]) -> AsyncIterator[AudioChunk]:
         """Speak the parts in order, one voice throughout; yields int16 chunks."""
         if self.config.log_requests:
             logger.info(f"{self.rid}: voice={self.voice.name} parts={len(parts)}")
         for index, part in enumerate(parts):
+            if part.pause_s:
+                async with aclosing(self._pause(part.pause_s)) as chunks:
+                    async for chunk in chunks:
+                        yield chunk
+                continue
             capped = self.capped
             async with aclosing(self._run_part(index, part.spoken)) as chunks:
                 async for chunk in chunks:
@@ -162,10 +169,11 @@ class Utterance:
                 chunk = await self._decode(job, last=i == len(jobs) - 1)
                 if chunk is not None:
                     yield chunk
-        if self.samples == 0:
+        said = [part.spoken for part in parts if part.spoken]
+        if self.samples == self._silence and said:
             raise NoAudioError(
                 f"{self.rid}: the model produced no audio for speakable text "
-                f"{caller_text(parts[0].spoken, show=self.config.log_text)}"
+                f"{caller_text(said[0], show=self.config.log_text)}"
             )
         if self._timing:
             logger.debug(f"{self.rid}: no chunk left to carry the last words' timings")
@@ -358,6 +366,37 @@ class Utterance:
             words=self._timed_words(),
         )  # fmt: skip
 
+    async def _pause(self, seconds: float) -> AsyncIterator[AudioChunk]:
+        """Exact silence of ``seconds`` (an SSML break) after everything said so far.
+
+        The decoder is flushed first (its held-back audio is the words before the pause) and a
+        new one starts after it; the words before are timed on the audio before the silence.
+        """
+        if self.decoder is not None:
+            jobs = self.decoder.plan_finish()
+            for i, job in enumerate(jobs):
+                chunk = await self._decode(job, last=i == len(jobs) - 1)
+                if chunk is not None:
+                    yield chunk
+            self.decoder = None
+        # A group still open here ends with the audio there is.
+        self._groups = deque((min(end, self.samples), w, c) for end, w, c in self._groups)
+        self._time_words(np.zeros(0, dtype=np.float32))
+        if self._timing:
+            await asyncio.wait(self._timing)
+        n = round(seconds * self.codec.sample_rate)
+        self.samples += n
+        self._silence += n
+        self._base = self._group_start = self.samples
+        self._group_audio = []
+        if self.first_audio_at is None:
+            self.first_audio_at = time.monotonic()
+        queue_s = None if self.first_token_at is None else self.first_token_at - self.started
+        yield AudioChunk(
+            to_pcm_bytes(np.zeros(n, dtype=np.float32)), self.codec.sample_rate, self.tokens,
+            self.prompt_tokens, cut=self.cut, queue_s=queue_s, words=self._timed_words(),
+        )  # fmt: skip
+
     def _end_part(self, part: Part, *, cut: bool) -> None:
         """Note where a finished part's audio ends; a closed group is timed once it is decoded.
 
@@ -369,7 +408,7 @@ class Utterance:
         if not part.written:
             return
         end = self.decoder.frames_received * self.codec.samples_per_frame if self.decoder else 0
-        self._groups.append((end, part.written, self._spoiled))
+        self._groups.append((self._base + end, part.written, self._spoiled))
         if self._spoiled:
             logger.debug(f"{self.rid}: part cut short: its words are not timed")
         self._spoiled = False

@@ -84,8 +84,10 @@ class Lexicon:
         if over is None or not len(over):
             return self
         lexicon = Lexicon()
+        shared = over._entries["*"]  # (over every language's own entry for the term here too)
         for lang in LANGUAGES:
-            lexicon._entries[lang] = {**self._entries[lang], **over._entries[lang]}
+            mine = {t: s for t, s in self._entries[lang].items() if t not in shared}
+            lexicon._entries[lang] = {**mine, **over._entries[lang]}
         return lexicon
 
     def __len__(self) -> int:

@@ -51,6 +51,8 @@ STRENGTHS = {"none": 0.0, "x-weak": 0.1, "weak": 0.25, "medium": 0.4, "strong": 
 #: ``<prosody rate>`` words; numbers and percentages are taken too, 0.5-2.0.
 RATES = {"x-slow": 0.5, "slow": 0.75, "medium": 1.0, "default": 1.0, "fast": 1.25, "x-fast": 1.5}
 MIN_RATE, MAX_RATE = 0.5, 2.0
+#: Whether the engine speaks ``<prosody rate>`` spans at their speed (else the tag is refused).
+PROSODY_RATE = False
 SAY_AS = ("characters", "spell-out", "digits", "cardinal", "ordinal", "date", "time",
           "telephone", "currency")  # fmt: skip
 
@@ -381,6 +383,13 @@ def _rate(value: str | None, at: int, text: str) -> float:
     if not MIN_RATE <= rate <= MAX_RATE:
         raise SsmlError(f"<prosody rate={value!r}>: the rate must be {MIN_RATE}-{MAX_RATE}",
                         at, text)  # fmt: skip
+    if not PROSODY_RATE:
+        raise SsmlError(
+            "<prosody rate> is not supported yet (a speed for one span); send the request's "
+            "speed for the whole text instead",
+            at,
+            text,
+        )
     return rate
 
 
@@ -420,9 +429,10 @@ def ssml_parts(
             new = split_parts(item.written, max_chars, said if speak is not None else None)
             mark = " ".join(item.written.split())
             if not new and mark and parts and not parts[-1].pause_s:
-                # punctuation after a tag ("</sub>."): it ends the sentence before it
+                # punctuation after a tag ("</sub>."): it ends the sentence before it (said,
+                # not a written word: the word stays "WHO", as in the caller's text)
                 last = parts[-1]
-                parts[-1] = Part(f"{last.spoken}{mark}", f"{last.written}{mark}")
+                parts[-1] = Part(f"{last.spoken}{mark}", last.written)
                 continue
         for part in new:
             last = parts[-1] if parts else None

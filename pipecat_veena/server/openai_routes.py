@@ -43,6 +43,7 @@ from pipecat_veena.server.http_stream import (
     StreamAborted,
 )
 from pipecat_veena.server.limits import authenticate, client_address, voice_owner
+from pipecat_veena.server.markup import check_markup
 from pipecat_veena.server.settings import OPENAI_VOICES, ServerSettings
 from pipecat_veena.server.speech import SpeechRun
 from pipecat_veena.server.state import SpeechServer
@@ -220,6 +221,7 @@ async def speech(request: Request) -> Response:
             raise _bad("'input' has nothing to say (no letters or digits outside markup)")
         voice = server.resolve_voice(req.voice, voice_owner(settings, request))
         server.check_options(req.options)
+        check_markup(req.input, req.options)
         run = SpeechRun(
             server, api="http", key=key, voice=voice, options=req.options,
             out_rate=req.sample_rate, cancel=lambda code: None, client=client_address(request),

@@ -33,6 +33,7 @@ from pipecat_veena.remote.protocol import (
     to_json,
 )
 from pipecat_veena.server.limits import authenticate, client_address, voice_owner
+from pipecat_veena.server.markup import check_markup
 from pipecat_veena.server.outbox import Outbox
 from pipecat_veena.server.state import SpeechServer
 from pipecat_veena.server.ws_utterance import WsUtterance
@@ -241,6 +242,13 @@ class Connection:
             server.check_text(msg.text, msg.id)
             voice = server.resolve_voice(msg.voice, voice_owner(self.settings, self.ws))
             server.check_options(msg.options, msg.id)
+            if msg.options.get("ssml") and not msg.final:
+                raise ProtocolError(
+                    ErrorCode.BAD_MESSAGE,
+                    "options.ssml needs the whole document in one speak (final: true)",
+                    msg.id,
+                )
+            check_markup(msg.text, msg.options, msg.id)
             if not msg.final:
                 self._check_open_cap()
             self.utterances[msg.id] = self.utterance_type(self, msg, voice)

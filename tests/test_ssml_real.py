@@ -1,0 +1,204 @@
+"""SSML and per-request lexicons through the real parts (issue 39 items 2-3): the vLLM CPU engine on
+the demo Spark checkpoint (what the model is given: the prompts' text), the real server on a real
+socket (OpenAI route with ``ssml`` and ``lexicon`` in the body, as ``extra_body`` sends them; our
+WebSocket), and break lengths measured in the output audio."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import pytest_asyncio
+from recording import RecordingGenerator
+from server_fakes import RawClient, pcm_of
+
+from pipecat_veena.engine import EngineConfig, VeenaEngine
+from pipecat_veena.engine.formats import load_tokenizer
+from pipecat_veena.remote.protocol import ErrorCode
+from pipecat_veena.server import ServerHandle, create_app
+
+pytestmark = pytest.mark.vllm
+
+_CONTENT = re.compile(r"<\|start_content\|>(?:<\|[^<>|]*\|>)*(.*?)<\|end_content\|>", re.S)
+
+DOC = (
+    '<speak>Hello <sub alias="World Health Organisation">WHO</sub>.'
+    '<break time="300ms"/>Call <say-as interpret-as="telephone">9876543210</say-as> today.'
+    "</speak>"
+)
+SAID = [
+    "Hello World Health Organisation.",
+    "Call nine eight seven six five, four three two one zero today.",
+]
+#: A break is measured as the longest run of samples at most this loud (int16).
+QUIET = 2
+
+
+@pytest_asyncio.fixture(scope="module")
+async def real(spark_tiny_checkpoint, spark_generator):
+    """(engine, recorder, server): one real engine with a server lexicon behind a real server."""
+    recorder = RecordingGenerator(spark_generator)
+    config = EngineConfig(
+        checkpoint=spark_tiny_checkpoint, warmup=False, max_model_len=2048,
+        lexicon={"en": {"EMI": "E M I", "Zomato": "Zo mah toe"}},
+    )  # fmt: skip
+    engine = VeenaEngine(config, generator=recorder)
+    await engine.start()
+    handle = await ServerHandle(create_app(engine, owns_engine=False)).start()
+    try:
+        await handle.state.wait_started()
+        yield engine, recorder, handle
+    finally:
+        await handle.stop()
+        await engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(spark_tiny_checkpoint):
+    return load_tokenizer(spark_tiny_checkpoint / "LLM")
+
+
+def _prompt_texts(recorder: RecordingGenerator, tokenizer, request_id: str) -> list[str]:
+    """The text inside each prompt of the engine requests whose id starts with ``request_id``."""
+    rids = sorted(
+        (r for r in recorder.prompts if r.startswith(f"{request_id}-")),
+        key=lambda r: int(r.rsplit("-", 1)[1]),
+    )
+    texts = []
+    for rid in rids:
+        decoded = tokenizer.decode(recorder.prompts[rid], skip_special_tokens=False)
+        texts.extend(_CONTENT.findall(decoded))
+    return texts
+
+
+def _longest_quiet_s(pcm: np.ndarray, rate: int) -> float:
+    """The longest run of samples no louder than QUIET, in seconds."""
+    quiet = np.abs(pcm.astype(np.int32)) <= QUIET
+    best = run = 0
+    for q in quiet:
+        run = run + 1 if q else 0
+        best = max(best, run)
+    return best / rate
+
+
+async def test_engine_reads_the_markup_and_inserts_exact_silence(real, tokenizer):
+    engine, recorder, _ = real
+    chunks = [c async for c in engine.stream(DOC, request_id="ssml-e", ssml=True, seed=3)]
+    assert _prompt_texts(recorder, tokenizer, "ssml-e") == SAID  # no markup, no digits
+    pcm = np.frombuffer(b"".join(c.pcm for c in chunks), dtype="<i2")
+    quiet = _longest_quiet_s(pcm, engine.sample_rate)
+    assert 0.3 <= quiet <= 0.31, quiet  # the break, within 10 ms
+    words = [w for c in chunks for w in c.words]
+    assert [w.word for w in words] == ["Hello", "WHO", "Call", "9876543210", "today."]
+    # written words, offsets into the document; the break is a gap between WHO and Call
+    assert [DOC[w.offset : w.offset + len(w.word)] for w in words] == [w.word for w in words]
+    assert words[2].start - words[1].end >= 0.3 - 1e-3
+
+
+async def test_engine_lexicon_per_request_over_the_servers(real, tokenizer):
+    engine, recorder, _ = real
+    text = "Pay the EMI on Zomato, Asha."
+    lexicon = {"en": {"EMI": "monthly instalment"}, "Asha": "Aashaa"}
+    async for _ in engine.stream(text, request_id="lex-1", lexicon=lexicon, seed=1):
+        pass
+    async for _ in engine.stream(text, request_id="lex-2", seed=1):
+        pass
+    assert _prompt_texts(recorder, tokenizer, "lex-1") == [
+        "Pay the monthly instalment on Zo mah toe, Aashaa."
+    ]
+    assert _prompt_texts(recorder, tokenizer, "lex-2") == ["Pay the E M I on Zo mah toe, Asha."]
+    with pytest.raises(ValueError, match="contains the term itself"):
+        async for _ in engine.stream(text, lexicon={"EMI": "EMI EMI"}):
+            pass
+
+
+async def test_openai_route_with_ssml_and_lexicon_in_extra_body(real, tokenizer):
+    engine, recorder, server = real
+    client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    doc = 'Your <sub alias="instalment">EMI</sub> is due.<break time="500ms"/>Thanks, Asha.'
+    async with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="alloy", input=doc, response_format="pcm",
+        extra_body={"ssml": True, "lexicon": {"en": {"Asha": "Aashaa"}}, "seed": 2},
+    ) as response:  # fmt: skip
+        pcm = np.frombuffer(await response.read(), dtype="<i2")
+        rid = response.headers["x-request-id"]
+    assert _prompt_texts(recorder, tokenizer, rid) == ["Your instalment is due.", "Thanks, Aashaa."]
+    quiet = _longest_quiet_s(pcm, 24000)
+    assert 0.49 <= quiet <= 0.51, quiet  # resampled to 24 kHz: the filter's edges, +-10 ms
+    # without ssml the text is data: the tags are refused by nothing, and never parsed
+    async with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="alloy", input="a <b> c", response_format="pcm",
+        extra_body={"seed": 2},
+    ) as response:  # fmt: skip
+        assert response.status_code == 200
+        await response.read()
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        ({"input": "Hi <foo>there</foo>", "ssml": True}, "at character 3 .*unknown tag <foo>"),
+        ({"input": "<speak>Hi", "ssml": True}, "at character 0 .*never closed"),
+        ({"input": "x" * 10 + '<!ENTITY a "b">', "ssml": True}, "at character 10 .*DTDs"),
+        ({"input": "Hi", "lexicon": {f"t{i}": "x" for i in range(1001)}}, "more than 1000"),
+        ({"input": "Hi", "lexicon": {"Hi": "Hi there"}}, "contains the term itself"),
+        ({"input": "Hi", "lexicon": ["Hi"]}, "option 'lexicon' must be a dict"),
+        ({"input": "Hi", "ssml": "yes"}, "option 'ssml' must be a bool"),
+    ],
+)
+async def test_openai_route_refuses_bad_markup_with_a_400(real, body, match):
+    _, _, server = real
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        r = await http.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", **body})
+    assert r.status_code == 400, r.text
+    assert re.search(match, r.json()["error"]["message"]), r.json()
+
+
+async def test_openai_route_refuses_hostile_markup_fast(real):
+    _, _, server = real
+    def deep(n: int) -> str:
+        return "<s>" * n + "x" + "</s>" * n
+
+    bomb = '<!DOCTYPE l [<!ENTITY a "aaaaaaaa"><!ENTITY b "&a;&a;&a;&a;">]><speak>&b;</speak>'
+    cases = [
+        (deep(10_000), 413, "over this server's cap"),  # (70 KB: the text cap comes first)
+        (deep(500), 400, "nested deeper than 32"),  # (3.5 KB: under the text cap)
+        ("<speak>" + "a" * 1_000_000 + "</speak>", 413, ""),
+        (bomb, 400, "DTDs"),
+    ]
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        for doc, status, match in cases:
+            r = await http.post(
+                "/v1/audio/speech",
+                json={"model": "tts-1", "voice": "alloy", "input": doc, "ssml": True},
+            )
+            assert r.status_code == status and match in r.text, r.text[:300]
+            assert r.elapsed.total_seconds() < 2
+
+
+async def test_websocket_ssml_and_lexicon(real, tokenizer):
+    engine, recorder, server = real
+    doc = '<speak>One.<break time="200ms"/><lang xml:lang="hi">5</lang> EMI.</speak>'
+    async with RawClient.connect(server.ws_url) as client:
+        await client.send({"type": "speak", "id": "a", "text": doc,
+                           "options": {"ssml": True, "seed": 4,
+                                       "lexicon": {"EMI": "easy money"}}})  # fmt: skip
+        frames, done = await client.until_end("a")
+        assert _prompt_texts(recorder, tokenizer, done.request_id) == ["One.", "पाँच easy money."]
+        pcm = np.frombuffer(pcm_of(frames), dtype="<i2")
+        assert 0.2 <= _longest_quiet_s(pcm, engine.sample_rate) <= 0.21
+        await client.send({"type": "speak", "id": "b", "text": "<speak>x <foo/></speak>",
+                           "options": {"ssml": True}})  # fmt: skip
+        error = await client.recv()
+        assert error.code == ErrorCode.BAD_MESSAGE and "at character 9" in error.message
+        await client.send({"type": "speak", "id": "c", "text": "<speak>x", "final": False,
+                           "options": {"ssml": True}})  # fmt: skip
+        error = await client.recv()
+        assert error.code == ErrorCode.BAD_MESSAGE and "final: true" in error.message
+        await client.send({"type": "speak", "id": "d", "text": "x",
+                           "options": {"lexicon": {"x": 5}}})  # fmt: skip
+        error = await client.recv()
+        assert error.code == ErrorCode.BAD_OPTIONS and "is not text" in error.message
