@@ -141,6 +141,19 @@ def test_cli_say_speed_writes_the_stretched_utterance(tmp_path, spark_tiny_check
     assert abs(lengths["1.5"] - lengths["1.0"] / 1.5) <= 2
 
 
+async def test_livekit_veena_tts_at_speed(engine):
+    """LiveKit's VeenaTTS(speed=1.5): the collected frame is the seeded utterance stretched."""
+    from pipecat_veena.livekit import VeenaTTS
+
+    text = "Hello there, this is Veena speaking."
+    frames = {}
+    for speed in (None, 1.5):
+        tts = VeenaTTS(engine, seed=5, speed=speed)
+        frames[speed] = np.frombuffer((await tts.synthesize(text).collect()).data, np.int16)
+        await tts.aclose()
+    assert np.array_equal(frames[1.5], stretch(frames[None], engine.sample_rate, 1.5))
+
+
 async def test_pipecat_barge_in_context_is_exact_at_speed_one_and_a_half(engine):
     """VeenaTTSService(speed=1.5) in a real pipeline that plays in real time: the whole turn
     plays in 1/1.5 of its time, and at random interruptions the context holds the words that
