@@ -1,4 +1,4 @@
-"""The ``pipecat-veena`` command line: ``say``, ``serve``, ``calibrate`` and ``build-demo``.
+"""The ``pipecat-veena`` command line: ``say``, ``serve``, ``normalize``, ``voices`` and more.
 
 The only module that prints.
 """
@@ -30,6 +30,17 @@ def _build_demo(args: argparse.Namespace) -> int:
         path = build_demo_checkpoint(kind, dir=args.dir)
         print(f"{kind}: {path} ({time.perf_counter() - start:.0f} s)")
     print(DEMO_NOTE)
+    return 0
+
+
+def _normalize(args: argparse.Namespace) -> int:
+    """Print the text the model is given for TEXT: one prompt a line, pauses as [pause N ms]."""
+    from pipecat_veena.normalize import Lexicon
+    from pipecat_veena.normalize.ssml import model_text, speech_parts
+
+    lexicon = Lexicon.load(args.lexicon) if args.lexicon is not None else None
+    parts = speech_parts(args.text, args.language, lexicon=lexicon, ssml=args.ssml)
+    print(model_text(parts))
     return 0
 
 
@@ -469,6 +480,20 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--target-db", type=float, default=80.0, help="seam SNR to reach")
     cal.add_argument("--frames", type=int, default=200, help="length of the random probe")
     cal.set_defaults(func=_calibrate)
+
+    norm = sub.add_parser(
+        "normalize",
+        help="print the text the model is given (lexicon, SSML and number rules applied)",
+        description="Print what the model reads for TEXT, one prompt a line (an SSML break as "
+        "[pause N ms]); no model needed. Exit status 2 names a malformed document's position.",
+    )
+    norm.add_argument("text", help="the request's text (SSML with --ssml)")
+    norm.add_argument("--ssml", action="store_true", help="TEXT is SSML (the supported subset)")
+    norm.add_argument("--lexicon", type=Path, default=None,
+                      help="a lexicon JSON file (term -> spoken form, or by language)")
+    norm.add_argument("--language", choices=("auto", "hi", "en"), default="auto",
+                      help="language of spoken numbers and dates (auto: per sentence)")
+    norm.set_defaults(func=_normalize)
 
     demo = sub.add_parser("build-demo", help="build (or reuse) the deterministic demo checkpoints")
     demo.add_argument("--dir", type=Path, default=None, help="where to put them (default: cache)")

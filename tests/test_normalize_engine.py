@@ -15,7 +15,7 @@ from pipecat.frames.frames import ErrorFrame, TTSSpeakFrame, TTSTextFrame
 from pipecat.tests.utils import run_test
 from recording import RecordingGenerator
 
-import pipecat_veena.engine.core as engine_module
+import pipecat_veena.normalize.ssml as ssml_module
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.engine.formats import load_tokenizer
 from pipecat_veena.normalize import normalize
@@ -116,7 +116,7 @@ async def test_long_text_is_normalised_off_the_event_loop(engine, monkeypatch):
         threads.append(threading.get_ident())
         return normalize(*args, **kwargs)
 
-    monkeypatch.setattr(engine_module, "normalize_text", spy)
+    monkeypatch.setattr(ssml_module, "normalize", spy)  # (the engine's parts: speech_parts)
     long = "Call (022) 2345 6789 or 1800-123-4567, ref 48 29 13, ₹1,250 on 05/08/2025. " * 220
     ran_on = {}
     for name, text in (("long", long), ("sentence", TEXT)):

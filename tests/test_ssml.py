@@ -240,3 +240,24 @@ def test_an_entry_containing_its_own_term_never_loops():
     once = normalize("Veena", "en", lexicon=lex)
     assert once == "Veena TTS"
     assert normalize(once, "en", lexicon=lex) == "Veena TTS TTS"  # one pass each: no loop
+
+
+# -- pipecat-veena normalize ---------------------------------------------------------------
+def test_cli_normalize_prints_what_the_model_reads(tmp_path, capsys):
+    from pipecat_veena.cli import main
+
+    doc = 'Dial <say-as interpret-as="telephone">9876543210</say-as>.<break time="300ms"/>Bye.'
+    assert main(["normalize", "--ssml", doc]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "Dial nine eight seven six five, four three two one zero.",
+        "[pause 300 ms]",
+        "Bye.",
+    ]
+    lexicon = tmp_path / "lexicon.json"
+    lexicon.write_text('{"en": {"EMI": "E M I"}}', encoding="utf-8")
+    assert main(["normalize", "--lexicon", str(lexicon), "--language", "en", "EMI ₹500"]) == 0
+    assert capsys.readouterr().out == "E M I five hundred rupees\n"
+    assert main(["normalize", "<b>x</b>"]) == 0  # without --ssml, text is data
+    assert capsys.readouterr().out == "<b>x</b>\n"
+    assert main(["normalize", "--ssml", "a <foo/>"]) == 2
+    assert "at character 2" in capsys.readouterr().err

@@ -43,14 +43,13 @@ from pipecat_veena.errors import (
 )
 from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.logs import caller_text
-from pipecat_veena.normalize import LANGUAGES, Lexicon, sentence_language
-from pipecat_veena.normalize import normalize as normalize_text
+from pipecat_veena.normalize import LANGUAGES, Lexicon
 from pipecat_veena.normalize.lexicon import request_lexicon
-from pipecat_veena.normalize.ssml import Span, parse_ssml, ssml_parts
+from pipecat_veena.normalize.ssml import speech_parts
 from pipecat_veena.streaming import StreamConfig
 from pipecat_veena.streaming.tsm import TimeStretcher, check_speed
 from pipecat_veena.tasks import cancel_and_wait
-from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, Part, split_parts
+from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, Part
 
 if TYPE_CHECKING:
     from pipecat_veena.codecs.bicodec.encoder import BiCodecSpeakerEncoder
@@ -868,36 +867,16 @@ class VeenaEngine:
         the written text they speak. SSML is parsed first: markup never reaches the model.
         """
         written = fmt.clean_text(text)  # injected control strings must not shape the parts either
-        budget = self.config.max_part_chars or fmt.voices.max_part_chars or DEFAULT_MAX_PART_CHARS
-        if ssml:
-            items = parse_ssml(written)
-            plain = " ".join(i.written for i in items if isinstance(i, Span))
-            speaker = self._speaker(plain, language, lexicon)
-            return ssml_parts(
-                items,
-                (lambda s, lang: speaker(s, lang)) if spoken else None,
-                budget,
-            )
-        return split_parts(
-            written, budget, self._speaker(written, language, lexicon) if spoken else None
+        return speech_parts(
+            written,
+            language,
+            lexicon=lexicon,
+            ssml=ssml,
+            spoken=spoken,
+            max_chars=(
+                self.config.max_part_chars or fmt.voices.max_part_chars or DEFAULT_MAX_PART_CHARS
+            ),
         )
-
-    def _speaker(
-        self, text: str, language: str, lexicon: Lexicon | None = None
-    ) -> Callable[..., str]:
-        """The spoken form of one sentence of ``text``, as ``normalize`` gives it in context.
-
-        In "auto", a sentence with no words of its own is read in the language of the whole text.
-        The returned function takes a language that overrides the request's (SSML ``<lang>``).
-        """
-        default = sentence_language(text) or "en"
-
-        def speak(sentence: str, forced: str | None = None) -> str:
-            lang = forced or language
-            lang = lang if lang != "auto" else sentence_language(sentence) or default
-            return normalize_text(sentence, lang, lexicon=lexicon)
-
-        return speak
 
     async def abort(self, request_id: str) -> int:
         """Stop every in-flight stream started with ``request_id``; returns how many.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from pipecat_veena.normalize import normalize, numbers, sentence_language
+from pipecat_veena.normalize import Lexicon, normalize, numbers, sentence_language
 from pipecat_veena.normalize.tables import nfc
 from pipecat_veena.text import DEFAULT_MAX_PART_CHARS, Part, split_parts
 
@@ -35,6 +35,7 @@ __all__ = [
     "model_text",
     "parse_ssml",
     "say_as",
+    "speech_parts",
     "ssml_parts",
 ]
 
@@ -447,6 +448,43 @@ def ssml_parts(
             else:
                 parts.append(part)
     return parts
+
+
+def speech_parts(
+    text: str,
+    language: str = "auto",
+    *,
+    lexicon: Lexicon | None = None,
+    ssml: bool = False,
+    spoken: bool = True,
+    max_chars: int = DEFAULT_MAX_PART_CHARS,
+) -> list[Part]:
+    """The parts the model is given for one request's text (the engine's one owner of this).
+
+    Args:
+        text: the request's text (cleaned of control strings by the engine).
+        language: "auto" (per sentence, from its script; a sentence with no words of its own
+            is read in the language of the whole text), "hi" or "en".
+        lexicon: the lexicon in force for the request (the server's with the request's over it).
+        ssml: ``text`` is SSML (``parse_ssml``).
+        spoken: normalise (numbers, dates, codes as words); False: the words as written.
+        max_chars: the length budget of one part.
+
+    Raises:
+        SsmlError: malformed or unsupported markup.
+    """
+    items = parse_ssml(text) if ssml else None
+    plain = text if items is None else " ".join(i.written for i in items if isinstance(i, Span))
+    default = sentence_language(plain) or "en"
+
+    def speak(sentence: str, forced: str | None = None) -> str:
+        lang = forced or language
+        lang = lang if lang != "auto" else sentence_language(sentence) or default
+        return normalize(sentence, lang, lexicon=lexicon)
+
+    if items is None:
+        return split_parts(text, max_chars, speak if spoken else None)
+    return ssml_parts(items, speak if spoken else None, max_chars)
 
 
 def model_text(parts: list[Part]) -> str:
