@@ -33,7 +33,7 @@ from pipecat_veena.server.runner import serve_until_signalled
 from pipecat_veena.server.settings import ServerSettings
 from pipecat_veena.server.uploads import DECODE_RATE, decode_clip
 from pipecat_veena.server.voice_routes import MAX_CLIP_SECONDS
-from pipecat_veena.server.workers import upload_workers
+from pipecat_veena.server.workers import WORKER_NICENESS, upload_workers
 
 VOICES = "/v1/audio/voices"
 
@@ -510,10 +510,12 @@ async def test_decoding_and_enrolment_never_use_the_default_thread_pool(
 ) -> None:
     engine, _ = await _engine(checkpoint)
     threads: list[str] = []
+    nice: list[int] = []
 
     def on_thread(work):
         def noted(*args):
             threads.append(threading.current_thread().name)
+            nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
             return work(*args)
 
         return noted
@@ -526,5 +528,7 @@ async def test_decoding_and_enrolment_never_use_the_default_thread_pool(
             answer = await _post(handle.url, _form(encode_clip(clips[16000], 16000, "mp3")))
         assert answer.status_code == 201, answer.text
         assert len(threads) == 2 and all(t.startswith("veena-upload") for t in threads), threads
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        assert nice == [min(base + WORKER_NICENESS, 19)] * 2  # they yield the CPU to speech
     finally:
         await engine.shutdown()

@@ -4,8 +4,10 @@ Decoding a clip and running the speaker encoder are CPU work that must never wai
 the event loop's default thread pool, which speech uses (text normalisation, word timing).
 ``UploadWorkers`` runs that work on ``workers`` threads and admits at most ``admitted`` uploads
 at once (those running plus those waiting for a thread); one more is refused at once with
-``uploads_busy`` (HTTP 429, ``Retry-After``) instead of queueing without bound. The process
-has one pool (``upload_workers()``), shared by the apps it serves.
+``uploads_busy`` (HTTP 429, ``Retry-After``) instead of queueing without bound. The workers
+run at a lower CPU priority (``nice`` +``WORKER_NICENESS`` on Linux, each thread alone), so a burst
+of uploads yields the CPU to speech. The process has one pool (``upload_workers()``), shared by
+the apps it serves.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
+from loguru import logger
+
 from pipecat_veena.remote.protocol import ErrorCode, ProtocolError
 
 T = TypeVar("T")
@@ -26,6 +30,16 @@ T = TypeVar("T")
 UPLOAD_WORKERS = 2
 #: Uploads admitted at once: running, or waiting for a worker. One more gets 429.
 UPLOADS_ADMITTED = 4
+#: How much nicer than the server's other threads an upload worker runs (Linux).
+WORKER_NICENESS = 10
+
+
+def _lower_priority() -> None:
+    """Run this thread (alone: Linux schedules threads as tasks) ``WORKER_NICENESS`` nicer."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICENESS)
+    except (AttributeError, OSError) as e:  # not Linux, or not allowed: run at normal priority
+        logger.debug(f"upload workers: cannot lower their priority ({e})")
 
 
 class UploadWorkers:
@@ -39,7 +53,9 @@ class UploadWorkers:
     def __init__(self, workers: int = UPLOAD_WORKERS, admitted: int = UPLOADS_ADMITTED) -> None:
         self.workers = max(1, min(workers, os.cpu_count() or 1))
         self.admitted = max(admitted, self.workers)
-        self.executor: Executor = ThreadPoolExecutor(self.workers, "veena-upload")
+        self.executor: Executor = ThreadPoolExecutor(
+            self.workers, "veena-upload", initializer=_lower_priority
+        )
         self._lock = threading.Lock()
         self._in_progress = 0
 
