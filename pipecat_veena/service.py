@@ -27,6 +27,7 @@ from pipecat_veena.engine import check_level, check_speed, voice_with_levels
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError, VeenaError
 from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.logs import log_failure
+from pipecat_veena.normalize.ssml import markup_of_hook, phoneme_markup
 from pipecat_veena.resample import StreamResampler
 from pipecat_veena.text import is_speakable
 
@@ -58,6 +59,10 @@ class VeenaTTSSettings(TTSSettings):
         speed: a number from 0.5 to 2.0: playback speed, any voice (the audio is stretched
             keeping its pitch, word times scale with it; 1.0 leaves it untouched); or a Spark
             controllable voice's speed level: very_low, low, moderate, high or very_high.
+        lexicon: term -> spoken form entries for this service's requests (``Lexicon`` shapes,
+            at most 1000 entries and 64 KiB), laid over the engine's lexicon.
+        ssml: the text is SSML (the subset in README "SSML"); text a pronunciation transform
+            (``pronunciation_transform_ipa``) marked up is read as SSML either way.
     """
 
     temperature: float | None | NotGiven = _not_given()
@@ -67,6 +72,8 @@ class VeenaTTSSettings(TTSSettings):
     seed: int | None | NotGiven = _not_given()
     pitch: str | None | NotGiven = _not_given()
     speed: float | str | None | NotGiven = _not_given()
+    lexicon: dict[str, Any] | None | NotGiven = _not_given()
+    ssml: bool | None | NotGiven = _not_given()
 
 
 class VeenaTTSService(TTSService):
@@ -117,6 +124,8 @@ class VeenaTTSService(TTSService):
         speed: float | str | None = None,
         language: Language | str | None = None,
         normalize: bool | None = None,
+        lexicon: dict[str, Any] | None = None,
+        ssml: bool | None = None,
         settings: Settings | None = None,
         **kwargs: Any,
     ) -> None:
@@ -139,6 +148,8 @@ class VeenaTTSService(TTSService):
                 ``Language.EN``, any region); None: per sentence, from its script.
             normalize: speak numbers, dates, codes and symbols as words (None: the engine's
                 setting). TTSTextFrames always carry the text as written.
+            lexicon: this service's own term -> spoken form entries, over the engine's.
+            ssml: the text is SSML (breaks, sub, say-as, phoneme, lang); default off.
             settings: a settings delta applied over these values.
             **kwargs: passed to ``TTSService`` (e.g. ``text_transforms``, ``name``).
 
@@ -166,6 +177,8 @@ class VeenaTTSService(TTSService):
             seed=seed,
             pitch=pitch,
             speed=speed,
+            lexicon=lexicon,
+            ssml=ssml,
         )
         if settings is not None:
             defaults.apply_update(settings)
@@ -244,7 +257,7 @@ class VeenaTTSService(TTSService):
         if self._engine.is_running:
             self._settings.voice = self._engine.check_voice(self._settings.voice)
             self._engine.check_voice(name)
-            self._engine.check_options(**self._sampling(), speed=self._speed())
+            self._engine.check_options(**self._sampling(), speed=self._speed(), **self._markup())
 
     async def _update_settings(self, delta: Settings) -> dict[str, Any]:
         """Apply a settings delta; anything that cannot work is an error and changes nothing.
@@ -252,7 +265,7 @@ class VeenaTTSService(TTSService):
         Voice, pitch, speed and sampling values are checked together; on failure every one of
         them keeps its previous value and an ErrorFrame says what was wrong.
         """
-        checked = ("voice", "pitch", "speed", *_SAMPLING_FIELDS)
+        checked = ("voice", "pitch", "speed", "lexicon", "ssml", *_SAMPLING_FIELDS)
         previous = {k: getattr(self._settings, k) for k in checked}
         changed = await super()._update_settings(delta)
         try:
@@ -275,6 +288,26 @@ class VeenaTTSService(TTSService):
         speed = self._settings.speed
         return None if isinstance(speed, str) else speed
 
+    def _markup(self) -> dict[str, Any]:
+        """The lexicon and SSML options set (none when unset)."""
+        markup = {}
+        if self._settings.lexicon is not None:
+            markup["lexicon"] = self._settings.lexicon
+        if self._settings.ssml:
+            markup["ssml"] = True
+        return markup
+
+    @classmethod
+    def format_pronunciation(cls, word: str, ipa: str) -> str | None:
+        """Pipecat's pronunciation hook: ``word`` said as ``ipa`` says, through SSML ``<phoneme>``.
+
+        The IPA becomes a respelling the model reads (Latin or Devanagari, the word's script);
+        None where a symbol has none (Pipecat then speaks the word as written and says so once).
+        Text holding these tags is read as SSML even with ``ssml`` off; the rest of it stays
+        data (escaped). Word timings report the word as written.
+        """
+        return phoneme_markup(word, ipa)
+
     def _sampling(self) -> dict[str, Any]:
         return {name: getattr(self._settings, name) for name in _SAMPLING_FIELDS}
 
@@ -289,6 +322,7 @@ class VeenaTTSService(TTSService):
             options["speed"] = self._speed()
         if self._normalize is not None:
             options["normalize"] = self._normalize
+        options.update(self._markup())
         return options
 
     async def tts_process_generator(
@@ -325,11 +359,15 @@ class VeenaTTSService(TTSService):
         spoke = False
         timeline = self._timelines.setdefault(context_id, _Timeline())
         offset = timeline.seconds  # where this utterance starts in its context's audio
+        options = self._options()
+        document = None if options.get("ssml") else markup_of_hook(text)
+        if document is not None:  # the pronunciation hook's tags (format_pronunciation)
+            text, options["ssml"] = document, True
         try:
             stream = tracing.traced(
                 self._tts_span(context_id),
                 self._engine.stream(
-                    text, self._voice_name(), request_id=context_id, **self._options()
+                    text, self._voice_name(), request_id=context_id, **options
                 ),
             )
             async with aclosing(stream) as chunks:

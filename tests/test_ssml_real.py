@@ -12,6 +12,8 @@ import numpy as np
 import openai
 import pytest
 import pytest_asyncio
+from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame, TTSSpeakFrame, TTSTextFrame
+from pipecat.tests.utils import run_test
 from recording import RecordingGenerator
 from server_fakes import RawClient, pcm_of
 
@@ -19,6 +21,7 @@ from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.engine.formats import load_tokenizer
 from pipecat_veena.remote.protocol import ErrorCode
 from pipecat_veena.server import ServerHandle, create_app
+from pipecat_veena.service import VeenaTTSService
 
 pytestmark = pytest.mark.vllm
 
@@ -202,3 +205,44 @@ async def test_websocket_ssml_and_lexicon(real, tokenizer):
                            "options": {"lexicon": {"x": 5}}})  # fmt: skip
         error = await client.recv()
         assert error.code == ErrorCode.BAD_OPTIONS and "is not text" in error.message
+
+
+# -- Pipecat's pronunciation hook --------------------------------------------------------------
+async def test_pipecat_bot_with_a_pronunciation_map(real, tokenizer):
+    """Pipecat's word -> IPA map (``pronunciation_transform_ipa``) through a real pipeline: a
+    mappable word is read as its respelling, an unmappable one as written (Pipecat warns once),
+    the rest of the text stays data (``&`` and ``<now>`` are not markup), and the words
+    reported are the ones written."""
+    engine, recorder, _ = real
+    pronounce = VeenaTTSService.pronunciation_transform_ipa({"Nguyen": "ŋwiən", "Xhosa": "ǁʰosa"})
+    text = "Ask Nguyen & Xhosa at 5 <now>."
+    down, up = await run_test(
+        VeenaTTSService(engine, seed=2, text_transforms=[("*", pronounce)]),
+        frames_to_send=[TTSSpeakFrame(text)],
+    )
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    words = [f for f in down if isinstance(f, TTSTextFrame)]
+    # (a word of symbols only, "&", is not timed: as without markup)
+    assert [f.text.strip() for f in words] == ["Ask", "Nguyen", "Xhosa", "at", "5", "<now>."]
+    (context_id,) = {f.context_id for f in words}
+    assert _prompt_texts(recorder, tokenizer, context_id) == ["Ask ngwian and Xhosa at five <now>."]
+    assert any(f.num_frames for f in down if isinstance(f, TTSAudioRawFrame))
+
+
+async def test_pipecat_service_settings_ssml_and_lexicon(real, tokenizer):
+    engine, recorder, _ = real
+    tts = VeenaTTSService(engine, seed=2, ssml=True, lexicon={"Asha": "Aashaa"})
+    doc = 'Hi Asha.<break time="250ms"/><say-as interpret-as="characters">OK</say-as>.'
+    down, up = await run_test(tts, frames_to_send=[TTSSpeakFrame(doc)])
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    words = [f for f in down if isinstance(f, TTSTextFrame)]
+    (context_id,) = {f.context_id for f in words}
+    assert _prompt_texts(recorder, tokenizer, context_id) == ["Hi Aashaa.", "O K."]
+    assert [f.text.strip() for f in words] == ["Hi", "Asha.", "OK"]
+    pcm = np.frombuffer(
+        b"".join(f.audio for f in down if isinstance(f, TTSAudioRawFrame)), dtype="<i2"
+    )
+    rate = next(f.sample_rate for f in down if isinstance(f, TTSAudioRawFrame))
+    assert 0.24 <= _longest_quiet_s(pcm, rate) <= 0.26
+    with pytest.raises(ValueError, match="contains the term itself"):
+        VeenaTTSService(engine, lexicon={"Asha": "Asha ji"})

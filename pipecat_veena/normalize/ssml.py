@@ -31,7 +31,11 @@ __all__ = [
     "Break",
     "Span",
     "SsmlError",
+    "escape",
     "ipa_respelling",
+    "markup_of_hook",
+    "phoneme_markup",
+    "respell",
     "model_text",
     "parse_ssml",
     "say_as",
@@ -561,6 +565,8 @@ IPA_DEVANAGARI_VOWELS = {  # ipa: (independent, sign)
     "ʌ": ("अ", ""), "ɚ": ("अर", "र"),
 }  # fmt: skip
 _IGNORED = set("ˈˌ.‿ ͡")  # stress, syllable marks and ties
+_LATIN_SYMBOLS = set(IPA_LATIN)
+_DEVANAGARI_SYMBOLS = set(IPA_DEVANAGARI_CONSONANTS) | set(IPA_DEVANAGARI_VOWELS)
 _VIRAMA = "्"
 _warned: set[str] = set()
 
@@ -581,18 +587,57 @@ def _tokens(ph: str, table: set[str]) -> list[str] | None:
     return out
 
 
+def respell(ph: str, word: str) -> str | None:
+    """A respelling of IPA ``ph`` in ``word``'s script (Devanagari or Latin); None: unmappable."""
+    devanagari = any("\u0900" <= c <= "\u097f" for c in word)
+    if devanagari:
+        symbols = _tokens(ph, _DEVANAGARI_SYMBOLS)
+        return _devanagari(symbols) if symbols else None
+    symbols = _tokens(ph, _LATIN_SYMBOLS)
+    return "".join(IPA_LATIN[s] for s in symbols) or None if symbols else None
+
+
+def phoneme_markup(word: str, ph: str) -> str | None:
+    """``word`` in a ``<phoneme alphabet="ipa">`` tag when ``ph`` maps to a respelling; else None.
+
+    Pipecat's ``format_pronunciation`` contract: None means "speak the word as written".
+    """
+    if respell(ph, word) is None:
+        return None
+    return f'<phoneme alphabet="ipa" ph="{escape(ph)}">{escape(word)}</phoneme>'
+
+
+def escape(text: str) -> str:
+    """``text`` as SSML character data or an attribute value (``& < > "`` escaped)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace(
+        '"', "&quot;"
+    )
+
+
+#: ``phoneme_markup``'s output, exactly (so text holding it can be read as SSML).
+PHONEME_MARKUP = re.compile(r'<phoneme alphabet="ipa" ph="[^"<>]*">[^<>]*</phoneme>')
+
+
+def markup_of_hook(text: str) -> str | None:
+    """Text holding ``phoneme_markup`` tags as an SSML document (the rest escaped).
+
+    None when it holds none: such text stays data.
+    """
+    pieces, at = [], 0
+    for m in PHONEME_MARKUP.finditer(text):
+        pieces += [escape(text[at : m.start()]), m.group(0)]
+        at = m.end()
+    if not pieces:
+        return None
+    return "".join(pieces) + escape(text[at:])
+
+
 def ipa_respelling(ph: str, word: str) -> str:
     """A respelling of IPA ``ph`` in ``word``'s script (Devanagari or Latin) the model reads.
 
     Where a symbol has no entry, ``word`` as written (logged once per IPA string).
     """
-    devanagari = any("\u0900" <= c <= "\u097f" for c in word)
-    if devanagari:
-        symbols = _tokens(ph, set(IPA_DEVANAGARI_CONSONANTS) | set(IPA_DEVANAGARI_VOWELS))
-        spelled = _devanagari(symbols) if symbols else None
-    else:
-        symbols = _tokens(ph, set(IPA_LATIN))
-        spelled = "".join(IPA_LATIN[s] for s in symbols) if symbols else None
+    spelled = respell(ph, word)
     if not spelled:
         if ph not in _warned and len(_warned) < 1000:
             _warned.add(ph)
