@@ -40,6 +40,7 @@ from pipecat_veena.engine import check_speed, voice_with_levels
 from pipecat_veena.errors import EngineDeadError, EngineNotRunningError
 from pipecat_veena.interface import AudioChunk, SpeechEngine
 from pipecat_veena.logs import caller_text
+from pipecat_veena.normalize.ssml import break_markup, markup_of_hook
 from pipecat_veena.resample import StreamResampler
 from pipecat_veena.text import is_speakable
 
@@ -68,6 +69,10 @@ class VeenaTTSOptions:
         speed: a number from 0.5 to 2.0: playback speed, any voice (the audio is stretched
             keeping its pitch, word times scale with it; 1.0 leaves it untouched); or a Spark
             controllable voice's speed level: very_low, low, moderate, high or very_high.
+        lexicon: term -> spoken form entries for these requests (``Lexicon`` shapes, at most
+            1000 entries and 64 KiB), laid over the engine's lexicon.
+        ssml: the text is SSML (README "SSML"). LiveKit's ``<break time>`` markup is read as a
+            pause either way (``Markup.convert``), the rest of such text staying data.
     """
 
     voice: str | None = None
@@ -78,6 +83,8 @@ class VeenaTTSOptions:
     seed: int | None = None
     pitch: str | None = None
     speed: float | str | None = None
+    lexicon: dict[str, Any] | None = None
+    ssml: bool = False
 
     def sampling(self) -> dict[str, Any]:
         """The sampling overrides that are set, and a playback speed, as ``engine.stream`` keywords.
@@ -85,8 +92,12 @@ class VeenaTTSOptions:
         Raises:
             ValueError: a playback speed outside 0.5-2.0.
         """
-        skip = ("voice", "pitch", "speed")
+        skip = ("voice", "pitch", "speed", "lexicon", "ssml")
         options = {k: v for k, v in asdict(self).items() if k not in skip and v is not None}
+        if self.lexicon is not None:
+            options["lexicon"] = self.lexicon
+        if self.ssml:
+            options["ssml"] = True
         if self.speed is not None and not isinstance(self.speed, str):
             if check_speed(self.speed) != 1.0:
                 options["speed"] = self.speed
@@ -116,8 +127,8 @@ class VeenaTTS(tts.TTS):
 
     Args:
         engine: the process's engine, started (or startable by ``prewarm()``).
-        voice, temperature, top_k, top_p, repetition_penalty, seed, pitch, speed: see
-            ``VeenaTTSOptions``.
+        voice, temperature, top_k, top_p, repetition_penalty, seed, pitch, speed, lexicon, ssml:
+            see ``VeenaTTSOptions``.
         sample_rate: output rate (None: the engine's rate; the engine must then be running).
         sentence_tokenizer: splits streamed text into sentences (default: LiveKit's blingfire).
 
@@ -139,6 +150,8 @@ class VeenaTTS(tts.TTS):
         seed: int | None = None,
         pitch: str | None = None,
         speed: float | str | None = None,
+        lexicon: dict[str, Any] | None = None,
+        ssml: bool = False,
         sentence_tokenizer: tokenize.SentenceTokenizer | None = None,
     ) -> None:
         if sample_rate is None:
@@ -162,8 +175,9 @@ class VeenaTTS(tts.TTS):
         self._engine = engine
         self._opts = self._checked(
             VeenaTTSOptions(
-                voice, temperature, top_k, top_p, repetition_penalty, seed, pitch, speed
-            )
+                voice, temperature, top_k, top_p, repetition_penalty, seed, pitch, speed,
+                lexicon, ssml,
+            )  # fmt: skip
         )
         self._tokenizer = sentence_tokenizer or tokenize.blingfire.SentenceTokenizer()
         config = getattr(engine, "config", None)  # in-process engines only
@@ -204,8 +218,10 @@ class VeenaTTS(tts.TTS):
         def convert(self, text: str) -> str:
             """LiveKit's ``<sound value="laugh"/>`` (or ``[laugh]``) becomes ``<laugh>``.
 
-            Sounds the model does not declare are dropped rather than spoken as text.
+            Sounds the model does not declare are dropped rather than spoken as text. A
+            ``<break time="500ms"/>`` becomes an exact pause (SSML, read by ``speak``).
             """
+            text = break_markup(text)
             tags = set(self._tags())
 
             def lower(match: re.Match[str]) -> str:
@@ -346,8 +362,12 @@ class _Attempt:
             await self.tts._ensure_started()
             if self.resampler is None:
                 self.resampler = StreamResampler(engine.sample_rate, self.tts.sample_rate)
+            options = self.opts.sampling()
+            document = None if options.get("ssml") else markup_of_hook(text)
+            if document is not None:  # LiveKit's <break> markup (Markup.convert)
+                text, options["ssml"] = document, True
             stream = engine.stream(
-                text, self.opts.voice_name(), request_id=self.request_id, **self.opts.sampling()
+                text, self.opts.voice_name(), request_id=self.request_id, **options
             )
             last: AudioChunk | None = None
             offset = self.seconds

@@ -246,3 +246,24 @@ async def test_pipecat_service_settings_ssml_and_lexicon(real, tokenizer):
     assert 0.24 <= _longest_quiet_s(pcm, rate) <= 0.26
     with pytest.raises(ValueError, match="contains the term itself"):
         VeenaTTSService(engine, lexicon={"Asha": "Asha ji"})
+
+
+# -- LiveKit ---------------------------------------------------------------------------------
+async def test_livekit_break_markup_and_lexicon(real, tokenizer):
+    """LiveKit's expressive ``<break time>`` (lowered by ``VeenaTTS.Markup.convert``, as
+    AgentSession does before synthesis) is an exact pause; the rest of the text stays data; a
+    lexicon in the options is laid over the engine's."""
+    from pipecat_veena.livekit import VeenaTTS
+
+    engine, recorder, _ = real
+    tts = VeenaTTS(engine, seed=5, lexicon={"Asha": "Aashaa"})
+    text = tts.markup.convert('Hello Asha & co.<break time="0.4s"/>Bye.')
+    assert text == 'Hello Asha & co.<break time="400ms"/>Bye.'
+    frame = await tts.synthesize(text).collect()
+    pcm = np.frombuffer(frame.data.tobytes(), dtype="<i2")
+    assert 0.4 <= _longest_quiet_s(pcm, frame.sample_rate) <= 0.41
+    requests = {rid.rsplit("-", 1)[0] for rid in recorder.prompts}
+    said = [_prompt_texts(recorder, tokenizer, r) for r in requests]
+    assert ["Hello Aashaa and co.", "Bye."] in said
+    with pytest.raises(ValueError, match="more than 1000 entries"):
+        VeenaTTS(engine, lexicon={f"t{i}": "x" for i in range(1001)})

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_BREAK_S",
     "MAX_DEPTH",
     "MAX_SSML_CHARS",
+    "break_markup",
     "Break",
     "Span",
     "SsmlError",
@@ -614,17 +615,34 @@ def escape(text: str) -> str:
     )
 
 
-#: ``phoneme_markup``'s output, exactly (so text holding it can be read as SSML).
-PHONEME_MARKUP = re.compile(r'<phoneme alphabet="ipa" ph="[^"<>]*">[^<>]*</phoneme>')
+#: ``phoneme_markup``'s and ``break_markup``'s output, exactly (so text holding them can be
+#: read as SSML while the rest of it stays data).
+HOOK_MARKUP = re.compile(
+    r'<phoneme alphabet="ipa" ph="[^"<>]*">[^<>]*</phoneme>|<break time="\d{1,5}ms"/>'
+)
+_ANY_BREAK = re.compile(r"<break\s+time=\"\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*\"\s*/?>")
+
+
+def break_markup(text: str) -> str:
+    """``text`` with LiveKit's ``<break time="0.5s"/>`` tags in the form ``markup_of_hook`` reads.
+
+    A break over ``MAX_BREAK_S`` is cut to it.
+    """
+
+    def exact(m: re.Match[str]) -> str:
+        seconds = float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
+        return f'<break time="{round(min(seconds, MAX_BREAK_S) * 1000)}ms"/>'
+
+    return _ANY_BREAK.sub(exact, text)
 
 
 def markup_of_hook(text: str) -> str | None:
-    """Text holding ``phoneme_markup`` tags as an SSML document (the rest escaped).
+    """Text holding ``phoneme_markup`` or ``break_markup`` tags as SSML (the rest escaped).
 
     None when it holds none: such text stays data.
     """
     pieces, at = [], 0
-    for m in PHONEME_MARKUP.finditer(text):
+    for m in HOOK_MARKUP.finditer(text):
         pieces += [escape(text[at : m.start()]), m.group(0)]
         at = m.end()
     if not pieces:
