@@ -18,6 +18,7 @@ from pipecat_veena.normalize.ssml import (
     model_text,
     parse_ssml,
     say_as,
+    speech_parts,
     ssml_parts,
 )
 from pipecat_veena.text import Part
@@ -26,8 +27,8 @@ from pipecat_veena.text import Part
 FAST_S = 0.5
 
 
-def _said(doc: str, **kw) -> str:
-    return model_text(ssml_parts(parse_ssml(doc), lambda s, lang: normalize(s, lang or "auto")))
+def _said(doc: str, language: str = "auto") -> str:
+    return model_text(speech_parts(doc, language, ssml=True))
 
 
 def _refused(doc: str, match: str) -> SsmlError:
@@ -89,11 +90,22 @@ def test_sub_is_the_written_word_and_the_alias_is_said():
 def test_say_as_goes_to_the_normaliser(kind, words, lang, said):
     assert say_as(words, kind, lang) == said
     doc = f'<lang xml:lang="{lang}"><say-as interpret-as="{kind}">{words}</say-as></lang>'
-    assert parse_ssml(doc) == [Span(words, said, lang)]
+    assert parse_ssml(doc) == [Span(words, None, lang, interpret_as=kind)]
+    assert _said(doc) == said
+    # without <lang>: the request's language, else the document's (from its script)
+    assert _said(f'<say-as interpret-as="{kind}">{words}</say-as>', language=lang) == said
+
+
+def test_say_as_in_a_hindi_sentence_is_hindi():
+    assert _said('यह <say-as interpret-as="ordinal">3</say-as> बार है।') == "यह तीसरा बार है।"
+    assert _said('It is the <say-as interpret-as="ordinal">3</say-as> time.') == (
+        "It is the third time."
+    )
 
 
 def test_lang_sets_the_normalisers_language():
     assert _said('<lang xml:lang="hi">5</lang> and 5') == "पाँच and five"
+    assert _said('Total <lang xml:lang="hi">₹500</lang>, thanks.') == "Total पाँच सौ रुपये, thanks."
     assert _said('<lang xml:lang="en-IN">₹5</lang>') == "five rupees"
 
 

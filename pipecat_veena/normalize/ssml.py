@@ -102,12 +102,15 @@ class Span:
             ``<phoneme>``); None: normalise ``written`` as usual.
         language: "hi" or "en" from ``<lang>`` / ``<speak xml:lang>``; None: the request's.
         rate: ``<prosody rate>`` (0.5-2.0); None: the request's speed.
+        interpret_as: ``<say-as interpret-as>``: ``written`` is said that way (``say_as``) in
+            the span's language, or the request's (known only when the parts are made).
     """
 
     written: str
     spoken: str | None = None
     language: str | None = None
     rate: float | None = None
+    interpret_as: str | None = None
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,7 @@ def _add(out: list[Span | Break], span: Span) -> None:
     if (
         isinstance(last, Span)
         and last.spoken is None
+        and last.interpret_as is None
         and span.spoken is None
         and (last.language, last.rate) == (span.language, span.rate)
     ):
@@ -276,7 +280,8 @@ def _close(element: _Open, out: list[Span | Break], text: str) -> None:
     if element.tag == "sub":
         spoken = " ".join(attrs["alias"].split())
     elif element.tag == "say-as":
-        spoken = say_as(written, attrs["interpret-as"], element.language or "auto")
+        out.append(Span(written, None, element.language, element.rate, attrs["interpret-as"]))
+        return
     else:
         spoken = ipa_respelling(attrs["ph"], written)
     out.append(Span(written, spoken, element.language, element.rate))
@@ -403,6 +408,7 @@ def ssml_parts(
     items: list[Span | Break],
     speak: Callable[[str, str | None], str] | None = None,
     max_chars: int = DEFAULT_MAX_PART_CHARS,
+    language: Callable[[str | None], str] = lambda forced: forced or "en",
 ) -> list[Part]:
     """The engine's parts for a parsed document: breaks become pauses, spans prompts.
 
@@ -412,6 +418,8 @@ def ssml_parts(
             request's); None: as written (normalising off). Spans that markup fixed are not
             passed through it.
         max_chars: the length budget of one part.
+        language: the language ("hi" or "en") a ``<say-as>`` span is said in, from its own
+            (``<lang>``) or None: the request's.
 
     Returns:
         Parts in order: a span's words are packed with their neighbours' up to ``max_chars``
@@ -423,8 +431,11 @@ def ssml_parts(
         if isinstance(item, Break):
             parts.append(Part("", "", pause_s=item.seconds))
             continue
-        if item.spoken is not None:
-            spoken = " ".join(item.spoken.split())
+        if item.spoken is not None or item.interpret_as is not None:
+            spoken = item.spoken
+            if item.interpret_as is not None:
+                spoken = say_as(item.written, item.interpret_as, language(item.language))
+            spoken = " ".join(spoken.split())
             new = [Part(spoken, " ".join(item.written.split()))] if spoken else []
         else:
             lang = item.language
@@ -447,8 +458,9 @@ def ssml_parts(
                 and not last.pause_s
                 and len(last.spoken) + 1 + len(part.spoken) <= max_chars
             ):
+                gap = "" if part.spoken[:1] in _CLOSING else " "  # "₹500</lang>, thanks"
                 parts[-1] = Part(
-                    f"{last.spoken} {part.spoken}", f"{last.written} {part.written}".strip()
+                    f"{last.spoken}{gap}{part.spoken}", f"{last.written} {part.written}".strip()
                 )
             else:
                 parts.append(part)
@@ -487,9 +499,12 @@ def speech_parts(
         lang = lang if lang != "auto" else sentence_language(sentence) or default
         return normalize(sentence, lang, lexicon=lexicon)
 
+    def say_in(forced: str | None) -> str:
+        return forced or (language if language != "auto" else default)
+
     if items is None:
         return split_parts(text, max_chars, speak if spoken else None)
-    return ssml_parts(items, speak if spoken else None, max_chars)
+    return ssml_parts(items, speak if spoken else None, max_chars, say_in)
 
 
 def model_text(parts: list[Part]) -> str:
@@ -534,6 +549,7 @@ def say_as(words: str, interpret_as: str, language: str = "auto") -> str:
 
 
 _DEV_DIGITS = str.maketrans("०१२३४५६७८९", "0123456789")
+_CLOSING = set(",.;:!?।॥)")
 
 
 # -- phonemes ------------------------------------------------------------------------------
