@@ -31,6 +31,7 @@ BENCHMARKS = [
     ["benchmarks.serve"],
     ["benchmarks.engine_restart"],
     ["benchmarks.playground"],
+    ["benchmarks.upload_attack"],
     ["benchmarks.load", "--spawn-server", "spark-tiny", "--concurrency", "1", "4", "16",
      "--duration", "40", "--report", "load_server", "--no-progress",
      "--title", "Load harness on one server (pipecat-veena serve, spark-tiny, CPU)"],
