@@ -191,11 +191,13 @@ class Part:
             sentences packed with its pieces, are timed together once its last piece is spoken).
         pause_s: a pause (SSML ``<break>``): that much silence here; ``spoken`` and ``written``
             are then "".
+        rate: SSML ``<prosody rate>``: this part's speed (0.5-2.0) instead of the request's.
     """
 
     spoken: str
     written: str
     pause_s: float = 0.0
+    rate: float | None = None
 
 
 def split_parts(

@@ -109,12 +109,17 @@ def test_lang_sets_the_normalisers_language():
     assert _said('<lang xml:lang="en-IN">₹5</lang>') == "five rupees"
 
 
-def test_prosody_rate_is_refused_until_spans_have_their_speed():
+def test_prosody_rate_is_refused_where_spans_have_no_speed(monkeypatch):
+    monkeypatch.setattr(ssml, "PROSODY_RATE", False)
     _refused('<prosody rate="150%">b</prosody>', r"not supported yet")
 
 
-def test_prosody_rate_is_kept_per_span(monkeypatch):
-    monkeypatch.setattr(ssml, "PROSODY_RATE", True)
+def test_prosody_rate_parts_are_their_own():
+    parts = ssml_parts(parse_ssml('A b. <prosody rate="1.5">C d.</prosody> E.'))
+    assert parts == [Part("A b.", "A b."), Part("C d.", "C d.", rate=1.5), Part("E.", "E.")]
+
+
+def test_prosody_rate_is_kept_per_span():
     spans = parse_ssml('a <prosody rate="150%">b <prosody rate="slow">c</prosody></prosody> d')
     assert [(s.written.strip(), s.rate) for s in spans] == [
         ("a", None), ("b", 1.5), ("c", 0.75), ("d", None)

@@ -267,3 +267,35 @@ async def test_livekit_break_markup_and_lexicon(real, tokenizer):
     assert ["Hello Aashaa and co.", "Bye."] in said
     with pytest.raises(ValueError, match="more than 1000 entries"):
         VeenaTTS(engine, lexicon={f"t{i}": "x" for i in range(1001)})
+
+
+# -- <prosody rate> and breaks at a speed ------------------------------------------------------
+async def _length(engine: VeenaEngine, doc: str, **options) -> tuple[int, list]:
+    chunks = [c async for c in engine.stream(doc, ssml=True, seed=8, **options)]
+    return sum(c.num_samples for c in chunks), chunks
+
+
+async def test_prosody_rate_stretches_its_span_only(real):
+    """The same prompts and seed at rates 1, 2 and 0.5 on the second sentence: the first
+    sentence's audio is the same, so the lengths say how the span alone was stretched."""
+    engine, _, _ = real
+    doc = 'Good morning to you. <prosody rate="{}">And a good day after it.</prosody>'
+    ref, _ = await _length(engine, doc.format("1"))
+    fast, chunks = await _length(engine, doc.format("2"))
+    slow, _ = await _length(engine, doc.format("50%"))
+    span = (slow - fast) / 1.5  # ref = A + B, fast = A + B/2, slow = A + 2B
+    window = round(0.03 * engine.sample_rate)  # one analysis window
+    assert span > 0.2 * engine.sample_rate
+    assert abs((ref - fast) - span / 2) <= window, (ref, fast, slow)
+    assert abs((slow - ref) - span) <= window, (ref, fast, slow)
+    words = [w for c in chunks for w in c.words]
+    assert [w.word for w in words][:2] == ["Good", "morning"]
+    assert all(a.end <= b.start + 1e-3 for a, b in zip(words, words[1:], strict=False))
+    assert words[-1].end <= fast / engine.sample_rate + 1e-3
+
+
+async def test_a_break_stays_exact_at_a_speed(real):
+    engine, _, _ = real
+    _, chunks = await _length(engine, 'One two.<break time="400ms"/>Three four.', speed=1.5)
+    pcm = np.frombuffer(b"".join(c.pcm for c in chunks), dtype="<i2")
+    assert 0.39 <= _longest_quiet_s(pcm, engine.sample_rate) <= 0.41

@@ -835,8 +835,15 @@ class VeenaEngine:
         failure: BaseException | None = None
         try:
             chunks = request.run(parts)
-            if speed is not None and speed != 1.0:
-                chunks = at_speed(chunks, TimeStretcher(self.sample_rate, speed))
+            rated = any(p.rate is not None for p in parts)  # (SSML <prosody rate>)
+            if rated or speed is not None and speed != 1.0:
+                base = 1.0 if speed is None else speed
+                spans = rated or any(p.pause_s for p in parts)  # breaks stay exact
+                chunks = at_speed(
+                    chunks,
+                    TimeStretcher(self.sample_rate, base),
+                    request.speed_changes(base) if spans else None,
+                )
             async with aclosing(chunks) as chunks:
                 async for chunk in chunks:
                     yield chunk

@@ -7,7 +7,7 @@ them at all, so the chunks are the very ones the engine made.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import replace
 
@@ -18,9 +18,15 @@ from pipecat_veena.streaming.tsm import TimeStretcher
 
 
 async def at_speed(
-    chunks: AsyncIterator[AudioChunk], stretcher: TimeStretcher
+    chunks: AsyncIterator[AudioChunk],
+    stretcher: TimeStretcher,
+    changes: Callable[[], list[tuple[int, float]]] | None = None,
 ) -> AsyncIterator[AudioChunk]:
     """``chunks`` played through ``stretcher`` (one utterance).
+
+    With ``changes`` (speed changes at samples of the input, noted before that input comes:
+    SSML ``<prosody rate>`` spans and breaks), each is scheduled on the stretcher
+    (``set_speed_at``) before the next chunk is fed.
 
     Each chunk's audio is stretched (the stage holds back at most one window, released by the
     last chunk); word times are mapped with ``stretcher.output_time``, and a word rides the first
@@ -40,6 +46,8 @@ async def at_speed(
     async with aclosing(chunks) as source:
         async for chunk in source:
             last = chunk
+            for at, speed in changes() if changes is not None else ():
+                stretcher.set_speed_at(at, speed)
             samples = stretcher.process(np.frombuffer(chunk.pcm, dtype="<i2"))
             emitted += len(samples)
             pending.extend(

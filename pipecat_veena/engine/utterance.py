@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,6 +36,8 @@ from pipecat_veena.tracing import UtteranceTrace
 #: A code stream periodic over this many seconds is a loop; periods up to LOOP_PERIOD_S count.
 LOOP_WINDOW_S = 3.0
 LOOP_PERIOD_S = 0.5
+#: The speed of a pause (SSML break) when the utterance is stretched: exact.
+PAUSE_SPEED = 1.0
 #: The loop guard checks at every this many codes (rounded up to whole frames) of the stream.
 _LOOP_CHECK_CODES = 16
 
@@ -136,6 +138,9 @@ class Utterance:
         self._timing: deque[asyncio.Future[list[WordTiming]]] = deque()
         self._base = 0  # samples before the current decoder (earlier decoders and pauses)
         self._silence = 0  # samples of pauses (SSML breaks)
+        # SSML: (first sample, speed: None the request's, PAUSE_SPEED for a pause) in order
+        self._speeds: list[tuple[int, float | None]] = [(0, None)]
+        self._rate: float | None = None  # the speed of the part being spoken (None: request's)
 
     async def run(self, parts: list[Part]) -> AsyncIterator[AudioChunk]:
         """Speak the parts in order, one voice throughout; yields int16 chunks."""
@@ -147,6 +152,9 @@ class Utterance:
                     async for chunk in chunks:
                         yield chunk
                 continue
+            if part.rate != self._rate:  # (SSML <prosody rate>) from the part's first sample
+                self._rate = part.rate
+                self._speeds.append((self._next_sample(), part.rate))
             capped = self.capped
             async with aclosing(self._run_part(index, part.spoken)) as chunks:
                 async for chunk in chunks:
@@ -366,11 +374,32 @@ class Utterance:
             words=self._timed_words(),
         )  # fmt: skip
 
-    async def _pause(self, seconds: float) -> AsyncIterator[AudioChunk]:
-        """Exact silence of ``seconds`` (an SSML break) after everything said so far.
+    def speed_changes(self, speed: float) -> Callable[[], list[tuple[int, float]]]:
+        """For a request at ``speed``: the speed changes noted since the last call.
 
-        The decoder is flushed first (its held-back audio is the words before the pause) and a
-        new one starts after it; the words before are timed on the audio before the silence.
+        The function returns (first sample, speed) pairs, each known before its audio is
+        yielded. Parts with their own rate (SSML ``<prosody rate>``) at theirs, pauses at 1.0
+        (a break stays exact), the rest at ``speed``.
+        """
+        seen = 0
+
+        def changes() -> list[tuple[int, float]]:
+            nonlocal seen
+            new, seen = self._speeds[seen:], len(self._speeds)
+            return [(at, speed if rate is None else rate) for at, rate in new]
+
+        return changes
+
+    def _next_sample(self) -> int:
+        """The sample at which the audio of the next generated frame will start."""
+        if self.decoder is None:
+            return self.samples
+        return self._base + self.decoder.frames_received * self.codec.samples_per_frame
+
+    async def _flush(self) -> AsyncIterator[AudioChunk]:
+        """Decode all the audio generated so far; the next part starts a new decoder.
+
+        The words of the groups closed are timed on the audio they have.
         """
         if self.decoder is not None:
             jobs = self.decoder.plan_finish()
@@ -379,11 +408,24 @@ class Utterance:
                 if chunk is not None:
                     yield chunk
             self.decoder = None
+        self._base = self.samples
         # A group still open here ends with the audio there is.
         self._groups = deque((min(end, self.samples), w, c) for end, w, c in self._groups)
         self._time_words(np.zeros(0, dtype=np.float32))
+
+    async def _pause(self, seconds: float) -> AsyncIterator[AudioChunk]:
+        """Exact silence of ``seconds`` (an SSML break) after everything said so far.
+
+        The decoder is flushed first (its held-back audio is the words before the pause) and a
+        new one starts after it; the words before are timed on the audio before the silence.
+        """
+        async with aclosing(self._flush()) as chunks:
+            async for chunk in chunks:
+                yield chunk
         if self._timing:
             await asyncio.wait(self._timing)
+        self._speeds.append((self.samples, PAUSE_SPEED))
+        self._rate = PAUSE_SPEED
         n = round(seconds * self.codec.sample_rate)
         self.samples += n
         self._silence += n

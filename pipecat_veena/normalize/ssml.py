@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loguru import logger
 
@@ -58,7 +58,7 @@ STRENGTHS = {"none": 0.0, "x-weak": 0.1, "weak": 0.25, "medium": 0.4, "strong": 
 RATES = {"x-slow": 0.5, "slow": 0.75, "medium": 1.0, "default": 1.0, "fast": 1.25, "x-fast": 1.5}
 MIN_RATE, MAX_RATE = 0.5, 2.0
 #: Whether the engine speaks ``<prosody rate>`` spans at their speed (else the tag is refused).
-PROSODY_RATE = False
+PROSODY_RATE = True
 SAY_AS = ("characters", "spell-out", "digits", "cardinal", "ordinal", "date", "time",
           "telephone", "currency")  # fmt: skip
 
@@ -436,7 +436,7 @@ def ssml_parts(
             if item.interpret_as is not None:
                 spoken = say_as(item.written, item.interpret_as, language(item.language))
             spoken = " ".join(spoken.split())
-            new = [Part(spoken, " ".join(item.written.split()))] if spoken else []
+            new = [Part(spoken, " ".join(item.written.split()), rate=item.rate)] if spoken else []
         else:
             lang = item.language
 
@@ -444,23 +444,27 @@ def ssml_parts(
                 return speak(sentence, lang)
 
             new = split_parts(item.written, max_chars, said if speak is not None else None)
+            new = [replace(part, rate=item.rate) for part in new]
             mark = " ".join(item.written.split())
-            if not new and mark and parts and not parts[-1].pause_s:
+            if not new and mark and parts and not parts[-1].pause_s and parts[-1].rate == item.rate:
                 # punctuation after a tag ("</sub>."): it ends the sentence before it (said,
                 # not a written word: the word stays "WHO", as in the caller's text)
                 last = parts[-1]
-                parts[-1] = Part(f"{last.spoken}{mark}", last.written)
+                parts[-1] = replace(last, spoken=f"{last.spoken}{mark}")
                 continue
         for part in new:
             last = parts[-1] if parts else None
             if (
                 last is not None
                 and not last.pause_s
+                and last.rate == part.rate
                 and len(last.spoken) + 1 + len(part.spoken) <= max_chars
             ):
                 gap = "" if part.spoken[:1] in _CLOSING else " "  # "₹500</lang>, thanks"
                 parts[-1] = Part(
-                    f"{last.spoken}{gap}{part.spoken}", f"{last.written} {part.written}".strip()
+                    f"{last.spoken}{gap}{part.spoken}",
+                    f"{last.written} {part.written}".strip(),
+                    rate=part.rate,
                 )
             else:
                 parts.append(part)
