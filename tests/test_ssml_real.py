@@ -294,8 +294,15 @@ async def test_prosody_rate_stretches_its_span_only(real):
     assert words[-1].end <= fast / engine.sample_rate + 1e-3
 
 
-async def test_a_break_stays_exact_at_a_speed(real):
+@pytest.mark.parametrize("speed", [0.5, 1.5, 2.0])
+async def test_a_break_stays_exact_at_a_speed(real, speed):
+    """A break passes around the stretcher: 400 ms at any speed (within 10 ms: the quiet edges
+    of the stretched words beside it)."""
     engine, _, _ = real
-    _, chunks = await _length(engine, 'One two.<break time="400ms"/>Three four.', speed=1.5)
+    _, chunks = await _length(engine, 'One two.<break time="400ms"/>Three four.', speed=speed)
     pcm = np.frombuffer(b"".join(c.pcm for c in chunks), dtype="<i2")
-    assert 0.39 <= _longest_quiet_s(pcm, engine.sample_rate) <= 0.41
+    assert 0.4 <= _longest_quiet_s(pcm, engine.sample_rate) <= 0.41
+    words = [w for c in chunks for w in c.words]
+    assert [w.word for w in words] == ["One", "two.", "Three", "four."]
+    assert words[2].start - words[1].end >= 0.4 - 1e-3  # the gap is the break, unstretched
+    assert words[-1].end <= len(pcm) / engine.sample_rate + 1e-3

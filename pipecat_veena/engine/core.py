@@ -843,6 +843,7 @@ class VeenaEngine:
                     chunks,
                     TimeStretcher(self.sample_rate, base),
                     request.speed_changes(base) if spans else None,
+                    request.pauses if spans else None,
                 )
             async with aclosing(chunks) as chunks:
                 async for chunk in chunks:

@@ -36,8 +36,8 @@ from pipecat_veena.tracing import UtteranceTrace
 #: A code stream periodic over this many seconds is a loop; periods up to LOOP_PERIOD_S count.
 LOOP_WINDOW_S = 3.0
 LOOP_PERIOD_S = 0.5
-#: The speed of a pause (SSML break) when the utterance is stretched: exact.
-PAUSE_SPEED = 1.0
+#: ``Utterance._rate`` after a pause: the next part notes its speed again.
+_AFTER_PAUSE = -1.0
 #: The loop guard checks at every this many codes (rounded up to whole frames) of the stream.
 _LOOP_CHECK_CODES = 16
 
@@ -138,9 +138,11 @@ class Utterance:
         self._timing: deque[asyncio.Future[list[WordTiming]]] = deque()
         self._base = 0  # samples before the current decoder (earlier decoders and pauses)
         self._silence = 0  # samples of pauses (SSML breaks)
-        # SSML: (first sample, speed: None the request's, PAUSE_SPEED for a pause) in order
+        # SSML: (first sample, speed: None the request's) in order, and the pauses' (first
+        # sample: samples): a stretched utterance passes those around its stretcher (exact)
         self._speeds: list[tuple[int, float | None]] = [(0, None)]
         self._rate: float | None = None  # the speed of the part being spoken (None: request's)
+        self.pauses: dict[int, int] = {}
 
     async def run(self, parts: list[Part]) -> AsyncIterator[AudioChunk]:
         """Speak the parts in order, one voice throughout; yields int16 chunks."""
@@ -378,8 +380,8 @@ class Utterance:
         """For a request at ``speed``: the speed changes noted since the last call.
 
         The function returns (first sample, speed) pairs, each known before its audio is
-        yielded. Parts with their own rate (SSML ``<prosody rate>``) at theirs, pauses at 1.0
-        (a break stays exact), the rest at ``speed``.
+        yielded. Parts with their own rate (SSML ``<prosody rate>``) at theirs, the rest at
+        ``speed`` (pauses are not stretched at all: ``pauses``).
         """
         seen = 0
 
@@ -424,9 +426,9 @@ class Utterance:
                 yield chunk
         if self._timing:
             await asyncio.wait(self._timing)
-        self._speeds.append((self.samples, PAUSE_SPEED))
-        self._rate = PAUSE_SPEED
         n = round(seconds * self.codec.sample_rate)
+        self.pauses[self.samples] = n
+        self._rate = _AFTER_PAUSE
         self.samples += n
         self._silence += n
         self._base = self._group_start = self.samples
