@@ -157,14 +157,47 @@ async def break_table() -> list[str]:
                 got = _longest_quiet(np.frombuffer(pcm, dtype="<i2")) / rate * 1000
                 row += [f"{got:.1f} ms", f"{got - ms:+.1f} ms"]
             lines.append("| " + " | ".join(row) + " |")
+        doc = 'One two.<break time="400ms"/>Three four.'
+        for speed in (0.5, 1.5, 2.0):
+            chunks = [c async for c in engine.stream(doc, ssml=True, seed=3, speed=speed)]
+            pcm = np.frombuffer(b"".join(c.pcm for c in chunks), dtype="<i2")
+            got = _longest_quiet(pcm) / engine.sample_rate * 1000
+            row = f"| 400 ms at speed {speed} | {got:.1f} ms | {got - 400:+.1f} ms |"
+            lines.append(row + " | | | |")
+        rates = await rate_rows(engine)
     finally:
         await engine.shutdown()
     lines += [
         "",
         "A break is exact zeros at the codec's rate (the decoder is flushed before it, a new one "
         "starts after); after resampling, the filter's ringing at both edges eats a little of it "
-        "and the quiet ends of the words around it may add some (within 10 ms is the target).",
+        "and the quiet ends of the words around it may add some (within 10 ms is the target). "
+        "At a request speed a break passes around the stretcher (flushed before it, started "
+        "afresh after it); what is left is the stretched words' quiet edges.",
+        "",
+        "`<prosody rate>` on the second sentence of `Good morning to you. <prosody rate=R>And a "
+        "good day after it.</prosody>` (same seed, so the same tokens; the first sentence, "
+        "spoken alone with the same seed, is the same audio, so the span's stretched length is "
+        "the total minus it):",
+        "",
+        *rates,
     ]
+    return lines
+
+
+async def rate_rows(engine) -> list[str]:
+    doc = 'Good morning to you. <prosody rate="{}">And a good day after it.</prosody>'
+    lengths = {}
+    for rate in (0.5, 1.0, 1.5, 2.0):
+        chunks = [c async for c in engine.stream(doc.format(rate), ssml=True, seed=8)]
+        lengths[rate] = sum(c.num_samples for c in chunks) / engine.sample_rate
+    alone = [c async for c in engine.stream("Good morning to you.", ssml=True, seed=8)]
+    first = sum(c.num_samples for c in alone) / engine.sample_rate  # (the same first prompt)
+    span = lengths[1.0] - first
+    lines = ["| rate | total | span | span x rate / span at 1.0 |", "|---|---|---|---|"]
+    for rate, total in lengths.items():
+        got = total - first
+        lines.append(f"| {rate} | {total:.3f} s | {got:.3f} s | {got * rate / span:.3f} |")
     return lines
 
 
