@@ -306,3 +306,26 @@ async def test_a_break_stays_exact_at_a_speed(real, speed):
     assert [w.word for w in words] == ["One", "two.", "Three", "four."]
     assert words[2].start - words[1].end >= 0.4 - 1e-3  # the gap is the break, unstretched
     assert words[-1].end <= len(pcm) / engine.sample_rate + 1e-3
+
+
+async def test_pipecat_over_the_remote_engine(real, tokenizer):
+    """A Pipecat bot over RemoteVeenaEngine: its pronunciation map's tags and its lexicon reach
+    the server's engine as SSML and options; the words come back as written."""
+    from pipecat_veena.remote import RemoteVeenaEngine
+
+    engine, recorder, server = real
+    pronounce = VeenaTTSService.pronunciation_transform_ipa({"Nguyen": "ŋwiən"})
+    async with RemoteVeenaEngine(server.url) as remote:
+        before = set(recorder.prompts)
+        down, up = await run_test(
+            VeenaTTSService(remote, seed=9, lexicon={"Asha": "Aashaa"},
+                            text_transforms=[("*", pronounce)]),  # fmt: skip
+            frames_to_send=[TTSSpeakFrame("Asha met Nguyen.")],
+        )
+        assert not [f for f in up if isinstance(f, ErrorFrame)]
+        (request,) = {r.rsplit("-", 1)[0] for r in set(recorder.prompts) - before}
+        assert _prompt_texts(recorder, tokenizer, request) == ["Aashaa met ngwian."]
+        words = [f.text.strip() for f in down if isinstance(f, TTSTextFrame)]
+        assert words == ["Asha", "met", "Nguyen"]  # (the word as written, in its tag)
+        with pytest.raises(ValueError, match="contains the term itself"):
+            VeenaTTSService(remote, lexicon={"Asha": "Asha ji"})
