@@ -14,6 +14,7 @@ import sys
 
 BENCHMARKS = [
     ["benchmarks.normalize"],
+    ["benchmarks.pronunciation"],
     ["benchmarks.demo"],
     ["benchmarks.codec_cpu"],
     ["benchmarks.codec_cpu", "--streamed"],
