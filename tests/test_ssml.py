@@ -208,6 +208,11 @@ def test_entity_expansion_and_dtds_are_refused(doc):
     _refused(doc, r"DTDs|no other entity")
 
 
+def test_tags_between_words_separate_them():
+    assert _said("<speak><s>Hello</s><s>World</s><p>Next</p></speak>") == "Hello World Next"
+    assert _said('Dial<say-as interpret-as="digits">12</say-as>now') == "Dial one two now"
+
+
 def test_markup_never_reaches_the_model():
     doc = '<speak><p><s>Pay <say-as interpret-as="currency">₹500</say-as></s></p></speak>'
     said = _said(doc)

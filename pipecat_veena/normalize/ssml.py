@@ -156,13 +156,17 @@ def parse_ssml(text: str) -> list[Span | Break]:
     def context() -> tuple[str | None, float | None]:
         return (stack[-1].language, stack[-1].rate) if stack else (None, None)
 
+    gap = False  # a tag came since the last text
+
     def add_text(raw: str, at: int) -> None:
+        nonlocal gap
         words = _unescape(raw, at, text)
         if stack and stack[-1].tag in _LEAF:
             stack[-1].text.append(words)
         elif words.strip():
             language, rate = context()
-            _add(out, Span(words, None, language, rate))
+            _add(out, Span(f" {words}" if gap and out else words, None, language, rate))
+        gap = False
 
     while i < n:
         lt = text.find("<", i)
@@ -190,6 +194,7 @@ def parse_ssml(text: str) -> list[Span | Break]:
                 raise SsmlError(f"</{name}> does not close an open tag (expected {expected})",
                                 lt, text)  # fmt: skip
             _close(stack.pop(), out, text)
+            gap = True  # </s>Next: words on either side of a tag do not run together
             i = gt + 1
             continue
         m = _NAME.match(text, lt + 1)
@@ -248,6 +253,7 @@ def parse_ssml(text: str) -> list[Span | Break]:
                 stack.append(_Open(tag, attrs, lt, language, rate, []))
             elif tag in _LEAF:
                 raise SsmlError(f"<{tag}/> is empty: put the words it is for inside it", lt, text)
+            gap = True
         i = gt + 1
     if stack:
         raise SsmlError(f"<{stack[-1].tag}> is never closed", stack[-1].at, text)
