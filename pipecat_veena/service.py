@@ -7,6 +7,7 @@ The engine is anything that implements ``SpeechEngine`` (interface.py): the in-p
 from __future__ import annotations
 
 import bisect
+import re
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -32,6 +33,8 @@ from pipecat_veena.resample import StreamResampler
 from pipecat_veena.text import is_speakable
 
 _SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed")
+#: ``<speak ...>`` and ``</speak>``: with ``ssml``, dropped from each aggregated sentence.
+_SPEAK_TAG = re.compile(r"</?speak\b[^<>]*>")
 
 #: Pipecat ends an audio context that receives nothing for ``stop_frame_timeout_s`` (3 s by
 #: default, made for network services). Chunks here grow, so on a busy or slow machine seconds
@@ -62,7 +65,9 @@ class VeenaTTSSettings(TTSSettings):
         lexicon: term -> spoken form entries for this service's requests (``Lexicon`` shapes,
             at most 1000 entries and 64 KiB), laid over the engine's lexicon.
         ssml: the text is SSML (the subset in README "SSML"); text a pronunciation transform
-            (``pronunciation_transform_ipa``) marked up is read as SSML either way.
+            (``pronunciation_transform_ipa``) marked up is read as SSML either way. Each text
+            Pipecat aggregates (a sentence of an LLM's reply) is one document: inline tags work
+            as they are; a ``<speak>`` around the whole reply is dropped.
     """
 
     temperature: float | None | NotGiven = _not_given()
@@ -363,6 +368,8 @@ class VeenaTTSService(TTSService):
         document = None if options.get("ssml") else markup_of_hook(text)
         if document is not None:  # the pronunciation hook's tags (format_pronunciation)
             text, options["ssml"] = document, True
+        elif options.get("ssml"):  # Pipecat cuts an LLM's reply into sentences: each is a
+            text = _SPEAK_TAG.sub(" ", text)  # document, a <speak> around the reply dropped
         try:
             stream = tracing.traced(
                 self._tts_span(context_id),

@@ -344,3 +344,35 @@ async def test_pipecat_over_the_remote_engine(real, tokenizer):
         assert words == ["Asha", "met", "Nguyen"]  # (the word as written, in its tag)
         with pytest.raises(ValueError, match="contains the term itself"):
             VeenaTTSService(remote, lexicon={"Asha": "Asha ji"})
+
+
+async def test_pipecat_ssml_from_an_llm_reply_cut_in_sentences(real, tokenizer):
+    """An LLM's reply in <speak> streamed token by token: Pipecat cuts it into sentences, each
+    spoken as a document (the <speak> around the reply dropped), breaks and tags within."""
+    from pipecat.frames.frames import (
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+    )
+
+    engine, recorder, _ = real
+    reply = ('<speak>Your code is <say-as interpret-as="digits">42</say-as>.<break time="300ms"/> '
+             'Call <sub alias="the bank">SBI</sub> today.</speak>')  # fmt: skip
+    before = set(recorder.prompts)
+    down, up = await run_test(
+        VeenaTTSService(engine, seed=2, ssml=True),
+        frames_to_send=[
+            LLMFullResponseStartFrame(),
+            *(LLMTextFrame(reply[i : i + 7]) for i in range(0, len(reply), 7)),
+            LLMFullResponseEndFrame(),
+        ],
+    )
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    requests = sorted({r.rsplit("-", 1)[0] for r in set(recorder.prompts) - before})
+    said = [t for r in requests for t in _prompt_texts(recorder, tokenizer, r)]
+    assert sorted(said) == sorted(["Your code is four two.", "Call the bank today."])
+    pcm = np.frombuffer(
+        b"".join(f.audio for f in down if isinstance(f, TTSAudioRawFrame)), dtype="<i2"
+    )
+    rate = next(f.sample_rate for f in down if isinstance(f, TTSAudioRawFrame))
+    assert _longest_quiet_s(pcm, rate) >= 0.3 - 0.005
