@@ -480,7 +480,14 @@ function readOptions() {
     }
     options[field] = value;
   }
+  // Speed 0.5-2.0: the server stretches the audio keeping its pitch; 1 sends nothing.
+  const speed = $("speed").valueAsNumber;
+  if (Number.isFinite(speed) && speed !== 1) options.speed = speed;
   return options;
+}
+
+function showSpeed() {
+  $("speed-value").textContent = `${$("speed").valueAsNumber.toFixed(2)}×`;
 }
 
 function newUtterance(id, rate, text) {
@@ -900,6 +907,7 @@ function init() {
     refresh();
   };
   $("speak").onclick = speak;
+  $("speed").oninput = showSpeed;
   $("stop").onclick = stop;
   $("record").onclick = toggleRecording;
   $("enrol-button").onclick = enrol;
