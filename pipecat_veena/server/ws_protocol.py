@@ -2,9 +2,9 @@
 
 1. A handshake websockets refuses (a header line over 8 KiB, over 128 headers, a request line
    over 8 KiB: ``LimitedH11Protocol`` refuses most of these first, at the server's own
-   ``max_headers`` and ``max_header_bytes``) was never answered: websockets writes its refusal to its output buffer, which
-   uvicorn never reads, so the client hung. It now gets that ``431`` (``414``; ``400`` for a
-   request it cannot parse) and a close, at once.
+   ``max_headers`` and ``max_header_bytes``) was never answered: websockets writes its refusal
+   to its output buffer, which uvicorn never reads, so the client hung. It now gets that
+   ``431`` (``414``; ``400`` for a request it cannot parse) and a close, at once.
 2. Pongs to a client's pings are written whatever the socket's buffer holds, so a client that
    sends pings and reads nothing grew the server's memory without bound. Past
    ``write_limit`` bytes waiting for the client, the connection is cut.
