@@ -59,16 +59,22 @@ class ScriptedGenerator(TokenGenerator):
         self.aborted: list[str] = []
         self._unfinished: set[str] = set()
         self._running = False
+        self.shut_down = False
 
     async def start(self) -> None:
         self._running = True
 
     async def shutdown(self) -> None:
         self._running = False
+        self.shut_down = True
 
     @property
     def is_running(self) -> bool:
         return self._running
+
+    @property
+    def was_shut_down(self) -> bool:
+        return self.shut_down
 
     def num_unfinished(self) -> int:
         return len(self._unfinished)

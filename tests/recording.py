@@ -28,6 +28,10 @@ class ForwardingGenerator(TokenGenerator):
     def is_running(self) -> bool:
         return self.inner.is_running
 
+    @property
+    def was_shut_down(self) -> bool:
+        return self.inner.was_shut_down
+
     def num_unfinished(self) -> int:
         return self.inner.num_unfinished()
 

@@ -105,6 +105,23 @@ async def test_restarts_back_off_then_give_up_and_a_new_start_works(tmp_path):
         await engine.shutdown()
 
 
+async def test_a_backend_shut_down_on_purpose_is_not_restarted(tmp_path):
+    """SIGTERM's handler (and the exit hook) shut vLLM down under a running engine: that is the
+    process ending, not a death. A restart then would leave a new engine process orphaned
+    (found by test_generation_lifecycle's thread-sigterm owner)."""
+    builds = _Builds()
+    engine = await _engine(tmp_path, builds)
+    try:
+        generator = engine._generator
+        generator.shut_down = True  # what VllmGenerator.shutdown_sync marks
+        _kill(engine)
+        assert engine.state == "stopped"
+        await asyncio.sleep(0.6)  # the watcher looks every 0.25 s
+        assert engine.state == "stopped" and builds.calls == 0 and engine.restarts == 0
+    finally:
+        await engine.shutdown()
+
+
 async def test_no_restart_attempts_fails_at_once(tmp_path):
     builds = _Builds()
     engine = await _engine(tmp_path, builds, restart_attempts=0)

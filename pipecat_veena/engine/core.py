@@ -219,6 +219,8 @@ class VeenaEngine:
         requests get a non-retryable ``EngineDeadError``; ``start()`` starts afresh).
         """
         if self._state == "running" and not self.is_running:
+            if self._generator is not None and self._generator.was_shut_down:
+                return "stopped"  # shut down on purpose (SIGTERM, the exit hook)
             return "restarting"  # dead, and its watcher is about to notice (within WATCH_S)
         return self._state
 
@@ -243,6 +245,12 @@ class VeenaEngine:
     def _backend_died(self) -> None:
         """The LLM backend died: fail what is in flight and restart it (once per death)."""
         if self._state != "running":
+            return
+        if self._generator is not None and self._generator.was_shut_down:
+            # stopped on purpose (SIGTERM, the exit hook): the process is ending, no restart
+            logger.info(f"{self}: the LLM backend was shut down; the engine stops with it")
+            self._state = "stopped"
+            self._settled.set()
             return
         self._state = "restarting"
         self._settled.clear()

@@ -133,3 +133,11 @@ class TokenGenerator(ABC):
     @abstractmethod
     def is_running(self) -> bool:
         """True between a successful ``start`` and ``shutdown``, while the backend is healthy."""
+
+    @property
+    def was_shut_down(self) -> bool:
+        """True once ``shutdown`` was called on purpose (a signal, the exit hook, the owner).
+
+        It tells a backend that was stopped from one that died (the engine restarts only those).
+        """
+        return False

@@ -233,6 +233,11 @@ class VllmGenerator(TokenGenerator):
         """True while the engine is started, not shut down and not errored."""
         return self._llm is not None and not self._closed and not self._llm.errored
 
+    @property
+    def was_shut_down(self) -> bool:
+        """True once shut down on purpose (``shutdown``, SIGTERM or the exit hook)."""
+        return self._closed
+
     async def start(self) -> None:
         """Build the ``AsyncLLM`` (seconds to minutes) off the event loop; idempotent.
 
