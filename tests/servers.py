@@ -11,6 +11,7 @@ import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import psutil
 import uvicorn
@@ -104,3 +105,36 @@ def assert_no_turn_lost(level: dict, handover_bound_s: float) -> None:
     assert level["replayed"] == 0  # no turn got audio twice
     assert level["ttfa_ms"]["max"] < handover_bound_s * 1000, level["ttfa_ms"]
     assert level["left_running"] == 0
+
+
+@asynccontextmanager
+async def engine_behind_server(
+    config: Any, generator: Any, settings: Any = None
+) -> AsyncIterator[tuple[Any, Any]]:
+    """(engine, server handle): a ``VeenaEngine`` on ``generator`` (the session's vLLM engine,
+    usually wrapped in a recorder) behind a real server on a free port; both stop on exit."""
+    from pipecat_veena.engine import VeenaEngine
+    from pipecat_veena.server import ServerHandle, create_app
+
+    engine = VeenaEngine(config, generator=generator)
+    await engine.start()
+    handle = await ServerHandle(create_app(engine, settings, owns_engine=False)).start()
+    try:
+        await handle.state.wait_started()
+        yield engine, handle
+    finally:
+        await handle.stop()
+        await engine.shutdown()
+
+
+def semantic_samples(engine: Any, outputs: dict[str, list[int]], rids: Any) -> int:
+    """Samples the codec makes from the semantic tokens that the given engine requests
+    generated (``outputs``: a recorder's ids per request)."""
+    ids = engine._format.ids
+    semantics = sum(
+        1
+        for rid in rids
+        for t in outputs[rid]
+        if 0 <= t - ids.semantic_base < ids.num_semantic_codes
+    )
+    return semantics * engine._codec.samples_per_frame

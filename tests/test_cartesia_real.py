@@ -32,6 +32,7 @@ from pipecat.pipeline.worker import PipelineParams
 from pipecat.services.cartesia.tts import CartesiaTTSService
 from pipecat.tests.utils import SleepFrame, run_test
 from recording import RecordingGenerator
+from servers import engine_behind_server, semantic_samples
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.server import ServerHandle, create_app
@@ -52,28 +53,14 @@ async def real(spark_tiny_checkpoint, spark_generator):
     """(engine, recorder, server): one real engine behind one keyed server on a free port."""
     recorder = RecordingGenerator(spark_generator)
     config = EngineConfig(checkpoint=spark_tiny_checkpoint, warmup=False, max_model_len=2048)
-    engine = VeenaEngine(config, generator=recorder)
-    await engine.start()
     settings = ServerSettings(api_keys={KEY: "team"})
-    handle = await ServerHandle(create_app(engine, settings, owns_engine=False)).start()
-    try:
-        await handle.state.wait_started()
+    async with engine_behind_server(config, recorder, settings) as (engine, handle):
         yield engine, recorder, handle
-    finally:
-        await handle.stop()
-        await engine.shutdown()
 
 
 def _native_samples(engine: VeenaEngine, recorder: RecordingGenerator, rids) -> int:
     """Samples the codec makes from the semantic tokens of the given engine requests."""
-    ids = engine._format.ids
-    semantics = sum(
-        1
-        for rid in rids
-        for t in recorder.outputs[rid]
-        if 0 <= t - ids.semantic_base < ids.num_semantic_codes
-    )
-    return semantics * engine._codec.samples_per_frame
+    return semantic_samples(engine, recorder.outputs, rids)
 
 
 async def _idle_after(engine: VeenaEngine, server: ServerHandle, limit_s: float = 10.0) -> float:

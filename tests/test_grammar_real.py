@@ -16,11 +16,11 @@ import pytest
 import pytest_asyncio
 from recording import RecordingGenerator
 from server_fakes import RawClient
+from servers import engine_behind_server
 
-from pipecat_veena.engine import EngineConfig, VeenaEngine
+from pipecat_veena.engine import EngineConfig
 from pipecat_veena.generation import SamplingOptions, TokenDelta
 from pipecat_veena.generation.base import MAX_REPETITION_PENALTY, MIN_REPETITION_PENALTY
-from pipecat_veena.server import ServerHandle, ServerSettings, create_app
 
 pytestmark = pytest.mark.vllm
 
@@ -43,15 +43,8 @@ class _GrammarRecorder(RecordingGenerator):
 async def served(spark_tiny_checkpoint, spark_generator):
     recorder = _GrammarRecorder(spark_generator)
     config = EngineConfig(checkpoint=spark_tiny_checkpoint, warmup=False, pin_voices=False)
-    engine = VeenaEngine(config, generator=recorder)
-    await engine.start()
-    handle = await ServerHandle(create_app(engine, ServerSettings(), owns_engine=False)).start()
-    try:
-        await handle.state.wait_started()
+    async with engine_behind_server(config, recorder) as (engine, handle):
         yield engine, recorder, handle
-    finally:
-        await handle.stop()
-        await engine.shutdown()
 
 
 def _breaks_grammar(grammar, ids: list[int]) -> list[int]:

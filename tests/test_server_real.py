@@ -46,7 +46,7 @@ from server_fakes import (
     send_invalid_utf8,
     until_ready,
 )
-from servers import assert_ended, kill_leftovers, serve_app
+from servers import assert_ended, engine_behind_server, kill_leftovers, semantic_samples, serve_app
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.errors import GenerationError
@@ -65,27 +65,13 @@ async def real(spark_tiny_checkpoint, spark_generator):
     """(engine, recorder, server): one real engine behind one server on a free port."""
     recorder = RecordingGenerator(spark_generator)
     config = EngineConfig(checkpoint=spark_tiny_checkpoint, warmup=False, max_model_len=2048)
-    engine = VeenaEngine(config, generator=recorder)
-    await engine.start()
-    handle = await ServerHandle(create_app(engine, owns_engine=False)).start()
-    try:
-        await handle.state.wait_started()
+    async with engine_behind_server(config, recorder) as (engine, handle):
         yield engine, recorder, handle
-    finally:
-        await handle.stop()
-        await engine.shutdown()
 
 
 def _samples_of(engine: VeenaEngine, recorder: RecordingGenerator, rids) -> int:
     """Samples the codec makes from the semantic tokens of the given engine requests."""
-    ids = engine._format.ids
-    semantics = sum(
-        1
-        for rid in rids
-        for t in recorder.outputs[rid]
-        if 0 <= t - ids.semantic_base < ids.num_semantic_codes
-    )
-    return semantics * engine._codec.samples_per_frame
+    return semantic_samples(engine, recorder.outputs, rids)
 
 
 #: What an mp3 stream decodes to beyond its PCM: the encoder's delay and last-frame padding.

@@ -16,11 +16,11 @@ from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame, TTSSpeakFrame, T
 from pipecat.tests.utils import run_test
 from recording import RecordingGenerator
 from server_fakes import RawClient, pcm_of
+from servers import engine_behind_server
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.engine.formats import load_tokenizer
 from pipecat_veena.remote.protocol import ErrorCode
-from pipecat_veena.server import ServerHandle, create_app
 from pipecat_veena.service import VeenaTTSService
 
 pytestmark = pytest.mark.vllm
@@ -48,15 +48,8 @@ async def real(spark_tiny_checkpoint, spark_generator):
         checkpoint=spark_tiny_checkpoint, warmup=False, max_model_len=2048,
         lexicon={"en": {"EMI": "E M I", "Zomato": "Zo mah toe"}},
     )  # fmt: skip
-    engine = VeenaEngine(config, generator=recorder)
-    await engine.start()
-    handle = await ServerHandle(create_app(engine, owns_engine=False)).start()
-    try:
-        await handle.state.wait_started()
+    async with engine_behind_server(config, recorder) as (engine, handle):
         yield engine, recorder, handle
-    finally:
-        await handle.stop()
-        await engine.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -23,11 +23,11 @@ from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame, TTSSpeakFrame
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import run_test
 from recording import RecordingGenerator
+from servers import engine_behind_server
 from speech import encode_clip, espeak
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.remote import RemoteVeenaEngine
-from pipecat_veena.server import ServerHandle, create_app
 from pipecat_veena.service import VeenaTTSService
 
 pytestmark = pytest.mark.vllm
@@ -48,15 +48,8 @@ async def real(spark_tiny_checkpoint, spark_generator, tmp_path_factory):
         max_model_len=2048,
         voices_file=tmp_path_factory.mktemp("voices") / "voices.json",
     )
-    engine = VeenaEngine(config, generator=recorder)
-    await engine.start()
-    handle = await ServerHandle(create_app(engine, owns_engine=False)).start()
-    try:
-        await handle.state.wait_started()
+    async with engine_behind_server(config, recorder) as (engine, handle):
         yield engine, recorder, handle
-    finally:
-        await handle.stop()
-        await engine.shutdown()
 
 
 async def test_uploaded_voices_speak_through_every_client(real, tmp_path):
