@@ -477,11 +477,11 @@ class Utterance:
 
     def _source_spans(self, written: str) -> list[tuple[int, int] | None]:
         """Where each word of a group's written text is in the caller's text (None: not found)."""
-        words = [written[a:b] for a, b in split_words(written)]
+        words = split_words(written)
         if self._source is None:
             at, self._written_at = self._written_at, self._written_at + len(written) + 1
-            return [(at + a, at + b) for a, b in split_words(written)]
-        spans = [self._source.find(w) for w in words]
+            return [(at + a, at + b) for a, b in words]
+        spans = [self._source.find(written[a:b]) for a, b in words]
         if None in spans:
             logger.debug(f"{self.rid}: a timed word is not in the caller's text")
         return spans
