@@ -219,10 +219,14 @@ class VeenaEngine:
         requests get a non-retryable ``EngineDeadError``; ``start()`` starts afresh).
         """
         if self._state == "running" and not self.is_running:
-            if self._generator is not None and self._generator.was_shut_down:
-                return "stopped"  # shut down on purpose (SIGTERM, the exit hook)
+            if self._backend_shut_down():
+                return "stopped"
             return "restarting"  # dead, and its watcher is about to notice (within WATCH_S)
         return self._state
+
+    def _backend_shut_down(self) -> bool:
+        """True when the backend was shut down on purpose (SIGTERM, the exit hook): no death."""
+        return self._generator is not None and self._generator.was_shut_down
 
     async def wait_running(self) -> bool:
         """Wait while the engine restarts its backend; True when it runs, else False."""
@@ -246,8 +250,7 @@ class VeenaEngine:
         """The LLM backend died: fail what is in flight and restart it (once per death)."""
         if self._state != "running":
             return
-        if self._generator is not None and self._generator.was_shut_down:
-            # stopped on purpose (SIGTERM, the exit hook): the process is ending, no restart
+        if self._backend_shut_down():
             logger.info(f"{self}: the LLM backend was shut down; the engine stops with it")
             self._state = "stopped"
             self._settled.set()
