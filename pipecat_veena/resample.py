@@ -9,6 +9,13 @@ kHz), which ``flush()`` releases at the end. Every output sample is the same dot
 the input was chunked, so chunk joins are seamless; the total length is
 ``round(samples_in * out_rate / in_rate)``.
 
+Any pair of rates works. Where the reduced ratio has few phases (every pair of the standard rates:
+441 at most, for 16 -> 44.1 kHz) each phase has its own row of taps; beyond ``_EXACT_PHASES_MAX``
+(16 -> 44.123 kHz has 44,123) the filter is tabulated at ``_TABLE_PHASES`` fractional positions
+and each output's taps are interpolated linearly between the two rows around its position (as
+libsamplerate and Speex do), so the table stays under a megabyte whatever the rates. Positions are
+exact integers either way, so the output still does not depend on the chunking.
+
 Letters: L / M the reduced up / down factors (out_rate / in_rate = L / M); T taps per phase.
 """
 
@@ -26,6 +33,12 @@ from pipecat_veena.audio import BYTES_PER_SAMPLE
 #: Filter banks kept for reuse, one per (up, down, half, beta): a stream at a given pair of
 #: rates builds its bank once per process, not once per stream.
 _BANKS_KEPT = 32
+
+#: Up to this many phases each phase has its own row of taps; beyond, rows are interpolated.
+_EXACT_PHASES_MAX = 1024
+#: Rows of the interpolated table (one more closes the interval [0, 1]): linear interpolation
+#: between rows 1/1024 apart is off by under 1e-5 of the peak tap (about -100 dB).
+_TABLE_PHASES = 1024
 
 #: Up to this many phases, outputs are computed phase by phase (BLAS matrix-vector products);
 #: beyond it, per-output dot products are cheaper than a Python loop over phases.
@@ -53,7 +66,9 @@ class StreamResampler:
         g = math.gcd(in_rate, out_rate)
         self._up, self._down = out_rate // g, in_rate // g  # L, M
         self._half = max(1, math.ceil(half_taps * max(1.0, self._down / self._up)))
-        self._bank = _filter_bank(self._up, self._down, self._half, beta)  # (L, T)
+        self._table = self._up > _EXACT_PHASES_MAX
+        # (L, T), or (_TABLE_PHASES + 1, T) rows at fractions 0, 1/P, ... 1 when interpolated
+        self._bank = _filter_bank(self._up, self._down, self._half, beta, table=self._table)
         self.reset()
 
     @property
@@ -108,7 +123,13 @@ class StreamResampler:
         phase = (n * M) % L
         # (N, T): the inputs at base-half .. base+half of each output
         windows = sliding_window_view(self._buf, 2 * half + 1)[base - half - self._buf_start]
-        if L <= _PHASE_LOOP_MAX:  # few phases: one matrix-vector product per phase
+        if self._table:  # taps interpolated between the two rows around each position
+            at = phase * _TABLE_PHASES  # (exact: phase < L <= 48000)
+            row = at // L
+            frac = ((at % L) / L).astype(np.float32)[:, None]
+            taps = self._bank[row] * (1 - frac) + self._bank[row + 1] * frac  # (N, T)
+            y = np.einsum("nt,nt->n", windows, taps)
+        elif L <= _PHASE_LOOP_MAX:  # few phases: one matrix-vector product per phase
             y = np.empty(len(n), dtype=np.float32)
             for p in range(min(L, len(n))):
                 y[p::L] = windows[p::L] @ self._bank[phase[p]]
@@ -124,10 +145,11 @@ class StreamResampler:
 
 
 @functools.lru_cache(maxsize=_BANKS_KEPT)
-def _filter_bank(up: int, down: int, half: int, beta: float) -> np.ndarray:
+def _filter_bank(up: int, down: int, half: int, beta: float, *, table: bool = False) -> np.ndarray:
     """Polyphase bank (L, T): row p weights inputs at offsets -half..half for phase p.
 
     Cached (one per rate pair and shape) and read-only: every stream at that pair shares it.
+    With ``table``, (_TABLE_PHASES + 1, T): row r is for the fraction r / _TABLE_PHASES.
 
     Output n at input time t = n*M/L, with phase p = n*M mod L, takes the inputs at
     floor(t) + k (k in -half..half), each weighted by a Kaiser-windowed sinc of its distance
@@ -135,7 +157,10 @@ def _filter_bank(up: int, down: int, half: int, beta: float) -> np.ndarray:
     """
     cutoff = 0.5 * min(1.0, up / down) * 0.94  # cycles per input sample, just below Nyquist
     k = np.arange(-half, half + 1, dtype=np.float64)
-    frac = np.arange(up, dtype=np.float64)[:, None] / up  # (L, 1): t - floor(t) per phase
+    if table:  # (P + 1, 1): fractions 0, 1/P, ..., 1
+        frac = np.arange(_TABLE_PHASES + 1, dtype=np.float64)[:, None] / _TABLE_PHASES
+    else:  # (L, 1): t - floor(t) per phase
+        frac = np.arange(up, dtype=np.float64)[:, None] / up
     dist = k[None, :] - frac  # (L, T): input offset minus output time
     radius = half + 1.0  # the window reaches zero just past the outermost tap
     w = np.i0(beta * np.sqrt(np.clip(1.0 - (dist / radius) ** 2, 0.0, None))) / np.i0(beta)
