@@ -130,7 +130,7 @@ async def test_encodings_and_rates(encoding, width):
         ({"pronunciation_dict_id": "dict-1"}, "bad_message"),
         ({"output_format": {"container": "mp3", "sample_rate": 16000}}, "bad_message"),
         ({"output_format": {**FORMAT, "encoding": "pcm_s8"}}, "bad_message"),
-        ({"output_format": {**FORMAT, "sample_rate": 44123}}, "unsupported_sample_rate"),
+        ({"output_format": {**FORMAT, "sample_rate": 96000}}, "unsupported_sample_rate"),
         ({"max_buffer_delay_ms": 9000}, "bad_message"),
     ],
 )
@@ -309,3 +309,34 @@ async def test_per_key_cap_counts_cartesia_contexts():
             assert (msg["error_code"], msg["context_id"]) == ("too_many_streams", "two")
             assert msg["status_code"] == 429 and "'a'" in msg["message"]
         await until(lambda: not engine.open and not handle.state.slots.active, 5)
+
+
+async def test_flush_done_follows_the_audio_of_the_flushed_text():
+    """``flush: true`` speaks the text so far now; its ``flush_done`` (flush_id 1, 2, ...) comes
+    after that text's audio and before the audio of text sent after it."""
+    engine = FakeSpeechEngine(chunks=2, delay=0.01)
+    async with serving(engine) as handle:
+        async with websockets.connect(_url(handle)) as ws:
+            await ws.send(_msg("f", "no sentence end", flush=True))
+            await ws.send(_msg("f", "then more", more=False, flush=True))
+            got = await _context(ws, "f")
+    kinds = [m["type"] for m in got]
+    assert kinds == ["chunk", "chunk", "flush_done", "chunk", "chunk", "flush_done", "done"], kinds
+    assert [m["flush_id"] for m in got if m["type"] == "flush_done"] == [1, 2]
+    assert got[2] == {"type": "flush_done", "flush_done": True, "flush_id": 1, "done": False,
+                      "status_code": 206, "context_id": "f"}  # fmt: skip
+
+
+@pytest.mark.parametrize("rate", [22050, 44100, 8000, 48000])
+async def test_any_output_rate_from_8_to_48_khz(rate):
+    """output_format.sample_rate takes any whole number of Hz from 8000 to 48000 (the resampler
+    takes any pair): the audio is as long as the engine's at that rate."""
+    engine = FakeSpeechEngine(chunks=2)
+    fmt = {**FORMAT, "sample_rate": rate}
+    async with serving(engine) as handle:
+        async with websockets.connect(_url(handle)) as ws:
+            await ws.send(_msg("r", "Hello there.", more=False, output_format=fmt))
+            got = await _context(ws, "r")
+    assert got[-1]["type"] == "done"
+    expected = 2 * engine.chunk_samples * rate / RATE
+    assert abs(len(_pcm(got)) // 2 - expected) <= 2

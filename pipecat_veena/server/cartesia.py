@@ -13,65 +13,65 @@ splitter as our ``append``: "।" ends a sentence, "Rs. " does not), or, for tex
 ``max_buffer_delay_ms`` after it arrived (0: each transcript is spoken as it comes, which is
 what both clients send in their default sentence mode). ``continue: false`` ends the context's
 text; ``{"context_id", "cancel": true}`` aborts its generation; closing the socket aborts every
-context on it. The server sends only ``chunk``, ``timestamps``, ``done`` and ``error``: Pipecat
-turns any type it does not know into an error. docs/protocol.md lists what is supported and
-what is refused.
+context on it. The server sends only ``chunk``, ``timestamps``, ``flush_done`` (after the audio
+of a ``flush: true``), ``done`` and ``error``: Pipecat turns any type it does not know into an
+error. What Cartesia's and ElevenLabs' endpoints share is in ``server.dropin``. docs/protocol.md
+lists what is supported and what is refused.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from fastapi import APIRouter, Request, WebSocket
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from loguru import logger
 from starlette.requests import ClientDisconnect
 
-from pipecat_veena.engine import check_speed
 from pipecat_veena.interface import WordTiming
 from pipecat_veena.remote.protocol import (
-    CLOSE_GOING_AWAY,
     Done,
     Error,
     ErrorCode,
     ProtocolError,
-    Speak,
-    check_sample_rate,
     check_unicode,
     load_json,
 )
-from pipecat_veena.server.encode import FORMATS, StreamEncoder
-from pipecat_veena.server.http_stream import (
-    AudioPump,
-    AudioStreamResponse,
-    PumpStopped,
-    StreamAborted,
+from pipecat_veena.server.dropin import (
+    ENCODINGS,
+    BufferedContext,
+    ContextSpeak,
+    DropinConnection,
+    HttpSpeech,
+    OutputFormat,
+    bad,
+    check_context_id,
+    check_output_rate,
+    encode_pcm,
+    header_key,
+    http_refused,
+    http_status,
+    language_options,
+    refuse_handshake,
+    speed_option,
+    stream_speech,
 )
-from pipecat_veena.server.limits import authenticate, client_address, voice_owner
-from pipecat_veena.server.openai_routes import _STATUS as HTTP_STATUS
+from pipecat_veena.server.encode import FORMATS
 from pipecat_veena.server.openai_routes import read_body
 from pipecat_veena.server.settings import ServerSettings
-from pipecat_veena.server.speech import SpeechRun
 from pipecat_veena.server.state import SpeechServer
-from pipecat_veena.server.ws import CLOSE_POLICY, CLOSE_TRY_LATER, Connection
-from pipecat_veena.server.ws_utterance import WsUtterance
 
 #: Cartesia's paths (the clients append them to the base URL they are given).
 WS_PATH = "/tts/websocket"
 BYTES_PATH = "/tts/bytes"
-#: ``output_format.encoding`` values served (``container: "raw"``).
-ENCODINGS = ("pcm_s16le", "pcm_f32le", "pcm_mulaw", "pcm_alaw")
+#: Cartesia's key header.
+KEY_HEADER = "x-api-key"
 #: ``max_buffer_delay_ms`` when a message leaves it out (Cartesia's default) and its cap.
 DEFAULT_BUFFER_DELAY_MS = 3000
 MAX_BUFFER_DELAY_MS = 5000
-#: Longest ``context_id`` taken (Pipecat sends UUIDs, LiveKit 12-character ids).
-MAX_CONTEXT_ID = 256
 #: Word times are sent in seconds with this many decimals.
 _TIME_DECIMALS = 4
 #: Cartesia's status code on every message of a stream still going.
@@ -102,7 +102,7 @@ def error_body(code: str, message: str, context_id: str | None) -> dict[str, Any
         "title": code.replace("_", " ").capitalize(),
         "message": message,
         "error_code": code,
-        "status_code": HTTP_STATUS.get(code, 400),
+        "status_code": http_status(code),
         "context_id": context_id,
     }
 
@@ -129,46 +129,6 @@ def timestamps_message(context_id: str, words: list[WordTiming]) -> str:
     )  # fmt: skip
 
 
-# -- audio ----------------------------------------------------------------------------------
-#: G.711 segment ends (μ-law on 14-bit, A-law on 13-bit magnitudes).
-_ULAW_SEGMENTS = np.array([0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF])
-_ALAW_SEGMENTS = np.array([0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF])
-
-
-def encode_pcm(pcm: bytes, encoding: str) -> bytes:
-    """Mono int16 PCM in ``encoding`` (one of ``ENCODINGS``); G.711 bit-exact with audioop."""
-    if encoding == "pcm_s16le":
-        return pcm
-    x = np.frombuffer(pcm, dtype="<i2").astype(np.int32)
-    if encoding == "pcm_f32le":
-        return (x / 32768.0).astype("<f4").tobytes()
-    if encoding == "pcm_mulaw":  # on 14 bits, bias 33, clip 8159 (Sun's g711.c, audioop)
-        v = x >> 2
-        mask = np.where(v < 0, 0x7F, 0xFF)
-        mag = np.minimum(np.abs(v), 8159) + 33
-        seg = np.searchsorted(_ULAW_SEGMENTS, mag)
-        code = np.where(seg >= 8, 0x7F, (seg << 4) | ((mag >> np.minimum(seg + 1, 8)) & 0x0F))
-        return ((code ^ mask) & 0xFF).astype(np.uint8).tobytes()
-    if encoding == "pcm_alaw":  # on 13 bits, even bits inverted
-        v = x >> 3
-        mask = np.where(v >= 0, 0xD5, 0x55)
-        mag = np.where(v >= 0, v, -v - 1)
-        seg = np.searchsorted(_ALAW_SEGMENTS, mag)
-        quant = (mag >> np.clip(seg, 1, 8)) & 0x0F
-        code = np.where(seg >= 8, 0x7F, (seg << 4) | quant)
-        return ((code ^ mask) & 0xFF).astype(np.uint8).tobytes()
-    raise ValueError(f"unknown encoding {encoding!r}")
-
-
-@dataclass(frozen=True)
-class OutputFormat:
-    """A checked ``output_format``."""
-
-    container: str
-    encoding: str
-    sample_rate: int
-
-
 def parse_output_format(
     data: Any, default_rate: int, ref: str | None, *, http: bool
 ) -> OutputFormat:
@@ -181,37 +141,31 @@ def parse_output_format(
     if data is None:
         return OutputFormat("raw", "pcm_s16le", default_rate)
     if not isinstance(data, dict):
-        raise _bad("'output_format' must be an object {container, encoding, sample_rate}", ref)
+        raise bad("'output_format' must be an object {container, encoding, sample_rate}", ref)
     containers = ("raw", "wav", "mp3") if http else ("raw",)
     container = data.get("container", "raw")
     if container not in containers:
-        raise _bad(
+        raise bad(
             f"output_format.container {container!r} is not served here; use "
             f"{' or '.join(repr(c) for c in containers)}",
             ref,
         )
     encoding = data.get("encoding", "pcm_s16le")
     if container == "raw" and encoding not in ENCODINGS:
-        raise _bad(
+        raise bad(
             f"output_format.encoding {encoding!r} is not served; use one of {', '.join(ENCODINGS)}",
             ref,
         )
     if container == "wav" and encoding not in (None, "pcm_s16le"):
-        raise _bad("a 'wav' container carries pcm_s16le only; use container 'raw' for others", ref)
+        raise bad("a 'wav' container carries pcm_s16le only; use container 'raw' for others", ref)
     rate = data.get("sample_rate", default_rate)
-    if isinstance(rate, bool) or not isinstance(rate, int):
-        raise _bad("output_format.sample_rate must be an integer number of Hz", ref)
-    check_sample_rate(rate, "output_format.sample_rate", ref)
+    rate = check_output_rate(rate, "output_format.sample_rate", ref)
     if container == "mp3" and rate not in (FORMATS["mp3"].rates or ()):
-        raise _bad(f"an 'mp3' container takes the rates {FORMATS['mp3'].rates}, not {rate}", ref)
+        raise bad(f"an 'mp3' container takes the rates {FORMATS['mp3'].rates}, not {rate}", ref)
     return OutputFormat(container, "pcm_s16le" if container != "raw" else encoding, rate)
 
 
 # -- requests -------------------------------------------------------------------------------
-def _bad(message: str, ref: str | None = None) -> ProtocolError:
-    return ProtocolError(ErrorCode.BAD_MESSAGE, message, ref)
-
-
 @dataclass(frozen=True)
 class GenerationRequest:
     """What one generation request (a WebSocket message or a ``/tts/bytes`` body) asks."""
@@ -237,37 +191,30 @@ def parse_request(
     """
     transcript = data.get("transcript")
     if not isinstance(transcript, str):
-        raise _bad("'transcript' (the text to speak) is required and must be a string", ref)
+        raise bad("'transcript' (the text to speak) is required and must be a string", ref)
     check_unicode(transcript, "'transcript'", ref)
     voice = data.get("voice")
     if voice is not None:
         if not isinstance(voice, dict):
-            raise _bad("'voice' must be an object {\"mode\": \"id\", \"id\": <voice>}", ref)
+            raise bad('\'voice\' must be an object {"mode": "id", "id": <voice>}', ref)
         if voice.get("mode", "id") != "id":
             raise ProtocolError(
                 ErrorCode.UNKNOWN_VOICE,
                 f"voice mode {voice.get('mode')!r} is not served: this server has no voice "
-                "embeddings; use {\"mode\": \"id\", \"id\": <voice>} with one of its voices "
+                'embeddings; use {"mode": "id", "id": <voice>} with one of its voices '
                 "(GET /v1/audio/voices), an OpenAI voice name, or a voice enrolled with "
                 "POST /v1/audio/voices",
                 ref,
             )
         voice = voice.get("id")
         if not isinstance(voice, str):
-            raise _bad("voice.id must be a voice name (string)", ref)
+            raise bad("voice.id must be a voice name (string)", ref)
         check_unicode(voice, "voice.id", ref)
     output = parse_output_format(data.get("output_format"), default_rate, ref, http=http)
-    options: dict[str, Any] = {}
-    language = data.get("language")
-    if language is not None and not isinstance(language, str):
-        raise _bad("'language' must be a language code such as 'hi' or 'en' (or null)", ref)
-    if language and language.lower().startswith("hi"):
-        options["language"] = "hi"
-    speed = _check_generation_config(data.get("generation_config"), ref)
-    if speed is not None and speed != 1:
-        options["speed"] = speed
+    options = language_options(data.get("language"), "'language'", ref)
+    options.update(_check_generation_config(data.get("generation_config"), ref))
     if data.get("pronunciation_dict_id"):
-        raise _bad(
+        raise bad(
             "pronunciation_dict_id is not served: this server has no pronunciation "
             "dictionaries; leave it out",
             ref,
@@ -277,12 +224,12 @@ def parse_request(
         delay = DEFAULT_BUFFER_DELAY_MS
     bad_delay = isinstance(delay, bool) or not isinstance(delay, int)
     if bad_delay or not 0 <= delay <= MAX_BUFFER_DELAY_MS:
-        raise _bad(f"max_buffer_delay_ms must be an integer from 0 to {MAX_BUFFER_DELAY_MS}", ref)
+        raise bad(f"max_buffer_delay_ms must be an integer from 0 to {MAX_BUFFER_DELAY_MS}", ref)
     flags = {}
     for name in ("add_timestamps", "continue", "flush"):
         value = data.get(name, False)
         if not isinstance(value, bool):
-            raise _bad(f"{name!r} must be true or false", ref)
+            raise bad(f"{name!r} must be true or false", ref)
         flags[name] = value
     return GenerationRequest(
         transcript, voice, output, options, flags["add_timestamps"], flags["continue"],
@@ -290,21 +237,16 @@ def parse_request(
     )  # fmt: skip
 
 
-def _check_generation_config(config: Any, ref: str | None) -> float | None:
-    """``generation_config``: its speed (0.5-2.0, or None); volume 1.0 only, no emotion.
+def _check_generation_config(config: Any, ref: str | None) -> dict[str, float]:
+    """``generation_config``: its speed option (0.5-2.0); volume 1.0 only, no emotion.
 
     Never a silent ignore: anything else is a ``bad_options`` naming it.
     """
     if config is None:
-        return None
+        return {}
     if not isinstance(config, dict):
-        raise _bad("'generation_config' must be an object", ref)
-    speed = config.get("speed")
-    if speed is not None:
-        try:
-            speed = check_speed(speed)
-        except ValueError as e:
-            raise ProtocolError(ErrorCode.BAD_OPTIONS, f"generation_config.{e}", ref) from None
+        raise bad("'generation_config' must be an object", ref)
+    speed = speed_option(config.get("speed"), "generation_config", ref)
     volume = config.get("volume")
     if volume is not None and (isinstance(volume, bool) or volume != 1):
         raise ProtocolError(
@@ -324,35 +266,25 @@ def _check_generation_config(config: Any, ref: str | None) -> float | None:
 
 
 def _cartesia_key(settings: ServerSettings, connection: Request | WebSocket) -> str:
-    """The caller's key name: ``X-API-Key`` (Cartesia's header), else what our routes take.
+    """The caller's key name from ``X-API-Key`` (Cartesia's header), else what our routes take.
 
     Raises:
         ProtocolError: ``unauthorized``.
     """
-    header = connection.headers.get("x-api-key")
-    authorization = f"Bearer {header}" if header else connection.headers.get("authorization")
-    try:
-        return authenticate(settings, authorization, connection.query_params.get("api_key"))
-    except ProtocolError as e:
-        if header:
-            raise ProtocolError(e.code, "the X-API-Key is not valid here") from None
-        raise ProtocolError(
-            e.code, "this server needs an API key: send it in the X-API-Key header"
-        ) from None
+    return header_key(settings, connection, "X-API-Key")
+
+
+def flush_done_message(context_id: str, flush_id: int) -> str:
+    """Cartesia's ``flush_done``: the audio of the text before the ``flush`` was sent."""
+    return _json(
+        {"type": "flush_done", "flush_done": True, "flush_id": flush_id, "done": False,
+         "status_code": _PARTIAL, "context_id": context_id}
+    )  # fmt: skip
 
 
 # -- the WebSocket --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ContextSpeak(Speak):
-    """A ``speak`` for a Cartesia context: ``Speak`` plus how the context is sent."""
-
-    encoding: str = "pcm_s16le"
-    buffer_delay_ms: int = DEFAULT_BUFFER_DELAY_MS
-    voice_given: str | None = None
-
-
-class CartesiaContext(WsUtterance):
-    """One Cartesia context: an utterance whose messages are Cartesia's.
+class CartesiaContext(BufferedContext):
+    """One Cartesia context: a buffered drop-in context whose messages are Cartesia's.
 
     Words go out before the audio they describe is complete (all the engine has timed so far,
     ahead of each chunk): Pipecat queues them in the context, LiveKit matches each with the text
@@ -360,13 +292,9 @@ class CartesiaContext(WsUtterance):
     """
 
     def __init__(self, conn: CartesiaConnection, msg: ContextSpeak, voice: str) -> None:
-        self.encoding = msg.encoding
-        self.buffer_delay_ms = msg.buffer_delay_ms
-        self.fixed = (msg.voice_given, msg.encoding, msg.sample_rate)  # the same on every message
-        self._timer: asyncio.TimerHandle | None = None
+        self.fixed = (msg.voice, msg.encoding, msg.sample_rate)  # the same on every message
+        self.flushes = 0
         super().__init__(conn, msg, voice)
-        if not msg.final:
-            self._buffered()
 
     def take(self, req: GenerationRequest) -> None:
         """A later message of this context: more text, a flush, or its end.
@@ -388,7 +316,7 @@ class CartesiaContext(WsUtterance):
         if (req.voice is not None and req.voice != voice) or (
             req.output_given and (req.output.encoding, req.output.sample_rate) != (encoding, rate)
         ):
-            raise _bad(
+            raise bad(
                 f"context {self.id!r} keeps the voice and output_format of its first message; "
                 "use a new context_id for another",
                 self.id,
@@ -398,35 +326,20 @@ class CartesiaContext(WsUtterance):
         if self.closed:
             return
         if req.flush:
-            self.flush()
+            self.flushed()
         if req.more:
             self._buffered()
         else:
             self._disarm()
             self.end()
 
-    # -- buffering --------------------------------------------------------------------------
-    def _buffered(self) -> None:
-        """Text without a sentence end waits at most ``max_buffer_delay_ms``."""
-        if self.buffer_delay_ms == 0:
-            self.flush()
-        elif not self.pending.strip():
-            self._disarm()
-        elif self._timer is None:
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self.buffer_delay_ms / 1000, self._buffer_due)
-
-    def _buffer_due(self) -> None:
-        self._timer = None
+    def flushed(self) -> None:
+        """A ``flush: true``: speak the text so far now; ``flush_done`` after its audio."""
         if not self.closed:
             self.flush()
+        self.flushes += 1
+        self.after_queued(flush_done_message(self.id, self.flushes))
 
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    # -- what the client gets ---------------------------------------------------------------
     async def _send_audio(self, pcm: bytes) -> None:
         await self._send_words(None)
         await self.conn.outbox.put(chunk_message(self.id, encode_pcm(pcm, self.encoding)))
@@ -449,62 +362,23 @@ class CartesiaContext(WsUtterance):
             )
         return _json(error_body(final.code, message, self.id))
 
-    def _close(self, outcome: str, final: Done | Error | None) -> None:
-        self._disarm()
-        super()._close(outcome, final)
 
-
-class CartesiaConnection(Connection):
-    """A ``/tts/websocket`` socket: ``ws.Connection`` with Cartesia's messages and contexts."""
+class CartesiaConnection(DropinConnection):
+    """A ``/tts/websocket`` socket: a drop-in socket with Cartesia's messages and contexts."""
 
     utterance_type = CartesiaContext
     utterances: dict[str, CartesiaContext]  # type: ignore[assignment]
-    _closing: asyncio.Task[None] | None = None  # the close of a socket idle at a drain
-
-    def _hello(self) -> str | None:
-        return None  # Cartesia sends nothing until the first request
+    end_hint = "end one (continue: false)"
 
     def _error_text(self, error: Error) -> str:
         return _json(error_body(error.code, error.message, error.id))
 
-    def go_away(self) -> None:
-        """The server drains: close once the contexts in flight end (the clients reconnect).
-
-        Cartesia has no message for it (either client would take one for an error).
-        """
-        if self.leaving:
-            return
-        self.leaving = True
-        if not self.utterances:  # else the send loop closes after the last context's done
-            self._closing = asyncio.get_running_loop().create_task(
-                self._close_with(None, CLOSE_GOING_AWAY)
-            )
-
-    def _check_open_cap(self) -> None:
-        try:
-            super()._check_open_cap()
-        except ProtocolError as e:
-            cap = self.settings.max_open_utterances
-            raise ProtocolError(
-                e.code,
-                f"this socket already has {cap} contexts taking text (continue: true), the "
-                "server's cap (max_open_utterances); end one (continue: false) first",
-            ) from None
-
     def _handle(self, text: str) -> str | None:
-        limit = self.settings.max_message_bytes
-        if len(text) > limit or len(text.encode()) > limit:
-            raise ProtocolError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"a message may have at most {limit} bytes; send long text in several messages "
-                "of one context (continue: true)",
-            )
+        self.check_size(text, "send long text in several messages of one context (continue: true)")
         data = load_json(text, "the message")
         if not isinstance(data, dict):
-            raise _bad("a message must be a JSON object with a 'context_id'")
-        context_id = data.get("context_id")
-        if not isinstance(context_id, str) or not 0 < len(context_id) <= MAX_CONTEXT_ID:
-            raise _bad(f"'context_id' must be a string of 1-{MAX_CONTEXT_ID} characters")
+            raise bad("a message must be a JSON object with a 'context_id'")
+        context_id = check_context_id(data.get("context_id"), "context_id")
         context = self.utterances.get(context_id)
         if data.get("cancel") is True:
             if context is not None:
@@ -520,11 +394,11 @@ class CartesiaConnection(Connection):
                 id=context_id, text=req.transcript, voice=req.voice, options=req.options,
                 sample_rate=req.output.sample_rate, final=not req.more,
                 words=req.add_timestamps, encoding=req.output.encoding,
-                buffer_delay_ms=req.buffer_delay_ms, voice_given=req.voice,
+                buffer_delay_ms=req.buffer_delay_ms,
             )  # fmt: skip
             self._speak(speak)
-            if req.flush and req.more:
-                self.utterances[context_id].flush()
+            if req.flush:
+                self.utterances[context_id].flushed()
         return None
 
 
@@ -535,21 +409,13 @@ async def cartesia_websocket(websocket: WebSocket) -> None:
     status and Cartesia's error body, so each client takes its own connection-error path.
     """
     server: SpeechServer = websocket.app.state.veena
-    key = None
     try:
         key = _cartesia_key(server.settings, websocket)
         problem = server.availability()
     except ProtocolError as e:
-        problem = e
+        key, problem = "", e
     if problem is not None:
-        server.metrics.error("ws", problem.code)
-        if "websocket.http.response" in websocket.scope.get("extensions", {}):
-            status = HTTP_STATUS.get(problem.code, 400)
-            body = error_body(problem.code, problem.message, None)
-            await websocket.send_denial_response(JSONResponse(body, status_code=status))
-        else:
-            policy = problem.code == ErrorCode.UNAUTHORIZED
-            await websocket.close(CLOSE_POLICY if policy else CLOSE_TRY_LATER)
+        await refuse_handshake(websocket, problem, error_body(problem.code, problem.message, None))
         return
     await websocket.accept()
     await CartesiaConnection(websocket, server, key).run()
@@ -559,93 +425,24 @@ router.add_api_websocket_route(WS_PATH, cartesia_websocket)
 
 
 # -- POST /tts/bytes ------------------------------------------------------------------------
-def _refused(error: ProtocolError) -> JSONResponse:
-    status = HTTP_STATUS.get(error.code, 400)
-    headers = {"Retry-After": "1"} if status in (429, 503) else None
-    body = error_body(error.code, error.message, None)
-    return JSONResponse(body, status_code=status, headers=headers)
+def _error_of(error: ProtocolError) -> dict[str, Any]:
+    return error_body(error.code, error.message, None)
 
 
 @router.post(BYTES_PATH)
 async def tts_bytes(request: Request) -> Response:
     """Cartesia's ``/tts/bytes``: the whole transcript's audio as one streamed body."""
     server: SpeechServer = request.app.state.veena
-    settings = server.settings
     try:
-        key = _cartesia_key(settings, request)
-        data = load_json(await read_body(request, settings), "the body")
+        key = _cartesia_key(server.settings, request)
+        data = load_json(await read_body(request, server.settings), "the body")
         if not isinstance(data, dict):
-            raise _bad("the body must be a JSON object with 'transcript', 'voice', 'output_format'")
+            raise bad("the body must be a JSON object with 'transcript', 'voice', 'output_format'")
         req = parse_request(data, server.engine.sample_rate, http=True)
-        problem = server.availability()
-        if problem is not None:
-            raise problem
-        server.check_text(req.transcript)
-        if not server.speakable(req.transcript):
-            raise _bad("'transcript' has nothing to say (no letters or digits outside markup)")
-        voice = server.resolve_voice(req.voice, voice_owner(settings, request))
-        server.check_options(req.options)
-        run = SpeechRun(
-            server, api="http", key=key, voice=voice, options=req.options,
-            out_rate=req.output.sample_rate, cancel=lambda code: None,
-            client=client_address(request),
-        )  # fmt: skip
     except ProtocolError as e:
-        if e.code != ErrorCode.UNAUTHORIZED:
-            server.metrics.requests.labels("http", "rejected").inc()
-        server.metrics.error("http", e.code)
-        return _refused(e)
+        return http_refused(server, e, _error_of)
     except ClientDisconnect:
         logger.info("speech server: a client disconnected before sending its whole request body")
         return Response(status_code=400)
-    pump = AudioPump(run, req.transcript)
-    try:
-        first = await pump.next()
-    except PumpStopped as e:
-        await pump.close("cancelled")
-        server.metrics.error("http", e.code)
-        return _refused(ProtocolError(e.code, "the server stopped this request; retry it"))
-    except Exception as e:
-        await pump.close("failed")
-        return _refused(run.failure(e))
-    except BaseException:
-        await pump.close("disconnected")
-        raise
-    outcome = ["disconnected"]
-    media = {"wav": "audio/wav", "mp3": "audio/mpeg"}.get(req.output.container, "audio/pcm")
-    return AudioStreamResponse(
-        _bytes_body(pump, first, req.output, outcome),
-        pump=pump,
-        slow_client_timeout_s=settings.slow_client_timeout_s,
-        outcome=outcome,
-        media_type=media,
-        headers={"x-request-id": run.request_id, "x-sample-rate": str(req.output.sample_rate)},
-    )
-
-
-async def _bytes_body(
-    pump: AudioPump, first: bytes | None, output: OutputFormat, outcome: list[str]
-) -> AsyncIterator[bytes]:
-    raw = output.container == "raw"
-    encoder = StreamEncoder(FORMATS["pcm" if raw else output.container], output.sample_rate)
-    pcm = first
-    try:
-        data = encoder.head()
-        while pcm is not None:
-            data += encode_pcm(pcm, output.encoding) if raw else encoder.encode(pcm)
-            if data:
-                yield data
-            data = b""
-            pcm = await pump.next()
-        data = encoder.finish()
-        if data:
-            yield data
-    except Exception as e:  # after the head was sent: abort the transfer (never a clean end)
-        stopped = isinstance(e, PumpStopped)
-        outcome[0] = "cancelled" if stopped else "failed"
-        code = e.code if stopped else pump.run.failure(e, what="ended early").code
-        pump.run.server.metrics.error("http", code)
-        raise StreamAborted(code) from None
-    finally:
-        encoder.close()
-    outcome[0] = "completed"
+    speech = HttpSpeech(req.transcript, req.voice, req.options, req.output)
+    return await stream_speech(request, key, speech, _error_of)
