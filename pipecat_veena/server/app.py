@@ -22,6 +22,7 @@ from pipecat_veena.interface import SpeechEngine
 from pipecat_veena.logs import redact_uvicorn_logs
 from pipecat_veena.remote.protocol import STREAM_PATH
 from pipecat_veena.server.cartesia import router as cartesia_router
+from pipecat_veena.server.elevenlabs import router as elevenlabs_router
 from pipecat_veena.server.metrics import CONTENT_TYPE
 from pipecat_veena.server.openai_routes import router as openai_router
 from pipecat_veena.server.playground import add_playground
@@ -77,6 +78,7 @@ def create_app(
     app.include_router(openai_router)
     app.include_router(voice_router)
     app.include_router(cartesia_router)  # Cartesia's /tts/websocket and /tts/bytes
+    app.include_router(elevenlabs_router)  # ElevenLabs' multi-stream-input WebSocket
     app.add_api_websocket_route(STREAM_PATH, stream_endpoint)
     add_playground(app)
 

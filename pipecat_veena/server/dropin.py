@@ -101,13 +101,20 @@ def speed_option(speed: Any, where: str, ref: str | None = None) -> dict[str, fl
     return {} if speed == 1 else {"speed": speed}
 
 
-def header_key(settings: ServerSettings, connection: Request | WebSocket, header: str) -> str:
-    """The caller's key name from a vendor's key header, else from what our routes take.
+def header_key(
+    settings: ServerSettings,
+    connection: Request | WebSocket,
+    header: str,
+    query: tuple[str, ...] = (),
+) -> str:
+    """The caller's key name from a vendor's header or ``query`` parameters, else as ours take.
 
     Raises:
         ProtocolError: ``unauthorized``, naming ``header``.
     """
     value = connection.headers.get(header)
+    for name in query:
+        value = value or connection.query_params.get(name)
     authorization = f"Bearer {value}" if value else connection.headers.get("authorization")
     try:
         return authenticate(settings, authorization, connection.query_params.get("api_key"))
