@@ -19,6 +19,8 @@ _AUDIO_OUTPUT_SYNCHRONOUS = 2
 _CHARS_UTF8 = 1
 _EVENT_WORD = 1
 _PARAM_RATE = 1
+_PARAM_PITCH = 3
+_PARAM_RANGE = 4
 _LOCK = threading.Lock()
 
 
@@ -87,14 +89,27 @@ class Espeak:
             i += 1
         return 0
 
-    def synth(self, text: str, voice: str, *, rate: int = 175) -> Synthesis:
-        """Speak ``text`` with ``voice`` ("en", "hi") at ``rate`` words a minute."""
+    def synth(
+        self, text: str, voice: str, *, rate: int = 175, pitch: int = 50, pitch_range: int = 50
+    ) -> Synthesis:
+        """Speak ``text`` with ``voice`` at ``rate`` words a minute.
+
+        Args:
+            text: what to say.
+            voice: an espeak-ng voice, optionally with a variant: "en", "hi", "en-gb-scotland",
+                "hi+f3" (``espeak-ng --voices``; variants: ``espeak-ng --voices=variant``).
+            rate: speaking rate in words a minute (espeak-ng's own scale, 80-450).
+            pitch: base pitch, 0-100 (50: the voice's own).
+            pitch_range: pitch variation, 0-100 (0: monotone, 50: the voice's own).
+        """
         data = text.encode()
         with _LOCK:
             self._pcm, self._words = [], []
             if self._lib.espeak_SetVoiceByName(voice.encode()) != 0:
                 raise ValueError(f"espeak-ng has no voice {voice!r}")
             self._lib.espeak_SetParameter(_PARAM_RATE, rate, 0)
+            self._lib.espeak_SetParameter(_PARAM_PITCH, pitch, 0)
+            self._lib.espeak_SetParameter(_PARAM_RANGE, pitch_range, 0)
             self._lib.espeak_Synth(data, len(data) + 1, 0, 0, 0, _CHARS_UTF8, None, None)
             self._lib.espeak_Synchronize()
             pcm = np.concatenate(self._pcm) if self._pcm else np.zeros(0, np.int16)
