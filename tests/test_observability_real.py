@@ -1,24 +1,17 @@
 """What an operator sees of real traffic: a real server over the real engine (vLLM CPU on the
 demo checkpoint) scraped after real utterances (every metric the dashboard and the alert rules
 read is there, the engine's figures have values), one request id in every log line about an
-utterance from RemoteVeenaEngine through the server to the engine, and ``pipecat-veena serve
---log-format json`` as a process.
+utterance from RemoteVeenaEngine through the server to the engine. (``pipecat-veena serve
+--log-format json`` as a process: test_server_real.py's serve-command test, with its drain.)
 """
 
 from __future__ import annotations
-
-import asyncio
-import json
-import os
-import signal
-import socket
-import sys
 
 import httpx
 import pytest
 import pytest_asyncio
 from loguru import logger
-from server_fakes import ROOT, RawClient, until_ready
+from server_fakes import RawClient
 from test_observability import alert_queries, dashboard_queries, metric_names, samples, value
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
@@ -100,48 +93,3 @@ async def test_one_request_id_from_the_remote_engine_through_the_server_to_the_e
     # every engine line about that request carries the id (none lost between the hops)
     engine_lines = [r for r in records if r["name"] == "pipecat_veena.engine.utterance"]
     assert engine_lines and all(r["extra"].get("request_id") == "call42-1" for r in engine_lines)
-
-
-async def test_serve_log_format_json(spark_tiny_checkpoint, tmp_path):
-    """``serve --log-format json``: every line of the server's stderr and stdout is JSON (its
-    ``ready``, ``playground`` and ``stopped`` lines were plain text on stdout), and the engine's
-    line about an utterance carries the WebSocket speak id as request_id."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out, err = tmp_path / "out.log", tmp_path / "err.log"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pipecat_veena.cli", "serve", "--model", str(spark_tiny_checkpoint),
-        "--port", str(port), "--log-format", "json",
-        stdout=out.open("w"), stderr=err.open("w"), env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        cwd=ROOT, start_new_session=True,
-    )  # fmt: skip
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-            await until_ready(http, proc, err)
-        async with RawClient.connect(f"ws://127.0.0.1:{port}/v1/audio/stream") as client:
-            # a cap on tokens well under what the text asks (22 ids, 88 semantic tokens): the
-            # engine warns (at the default level) that it cut the part
-            speak = {"type": "speak", "id": "json-7", "text": "Logged as JSON, cut short.",
-                     "options": {"max_tokens": 40}}  # fmt: skip
-            await client.send(speak)
-            assert (await client.until_end("json-7"))[1].warning == "token_cap"
-        proc.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(proc.wait(), 120)
-    finally:
-        if proc.returncode is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-    assert proc.returncode == 0, err.read_text()[-3000:]
-    said = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-    assert [m["event"] for m in said] == ["ready", "playground", "stopped"], said
-    assert said[0]["message"].startswith("ready: ") and said[0]["ws_url"].startswith("ws://")
-    assert said[-1]["status"] == 0
-    records = []
-    for line in err.read_text().splitlines():
-        if line.strip():
-            records.append(json.loads(line)["record"])  # raises on a line that is not JSON
-    messages = [r["message"] for r in records]
-    assert any("speech server: ready" in m for m in messages), messages
-    about = [r for r in records if r["extra"].get("request_id") == "json-7"]
-    assert any("hit the runaway cap" in r["message"] for r in about), messages

@@ -451,18 +451,23 @@ async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
     spark_tiny_checkpoint, tmp_path
 ):
     """One server process with its own engine: SIGTERM mid-utterance drains it (ready 503, new
-    streams refused, the in-flight one completes), then it exits 0 and its engine is gone."""
+    streams refused, the in-flight one completes), then it exits 0 and its engine is gone.
+
+    The same process checks ``serve --log-format json`` (one engine start for both): every line
+    of its stderr and stdout is JSON (its ``ready``, ``playground`` and ``stopped`` lines were
+    plain text on stdout), and the engine's line about an utterance carries the WebSocket speak
+    id as request_id."""
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    log = tmp_path / "serve.log"
+    out, log = tmp_path / "out.log", tmp_path / "err.log"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pipecat_veena.cli", "serve", "--model", str(spark_tiny_checkpoint),
-        "--port", str(port), "--drain-timeout", "120",
-        stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+        "--port", str(port), "--drain-timeout", "120", "--log-format", "json",
+        stdout=out.open("w"), stderr=log.open("w"), env=env, cwd=ROOT,
         start_new_session=True,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -473,6 +478,12 @@ async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
             children = psutil.Process(proc.pid).children(recursive=True)
             assert children, "the vLLM engine process should be a child of the server"
             async with RawClient.connect(f"ws://127.0.0.1:{port}/v1/audio/stream") as client:
+                # a cap on tokens well under what the text asks (22 ids, 88 semantic tokens):
+                # the engine warns (at the default level) that it cut the part
+                speak = {"type": "speak", "id": "json-7", "text": "Logged as JSON, cut short.",
+                         "options": {"max_tokens": 40}}  # fmt: skip
+                await client.send(speak)
+                assert (await client.until_end("json-7"))[1].warning == "token_cap"
                 await client.send({"type": "speak", "id": "inflight", "text": LONG * 3})
                 assert isinstance(await client.recv(), AudioFrame)
                 proc.send_signal(signal.SIGTERM)
@@ -492,12 +503,22 @@ async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
                 assert ends["inflight"].type == "done" and ends["inflight"].reason == "completed"
                 assert await client.closed(wait_s=60) == CLOSE_GOING_AWAY  # after its done
         await asyncio.wait_for(proc.wait(), 120)
-        out = log.read_text()
-        assert proc.returncode == 0, out[-3000:]
-        assert "ready: " in out and "stopped" in out
+        assert proc.returncode == 0, log.read_text()[-3000:]
         assert_ended(children)
     finally:
         await kill_leftovers(proc, children)
+    said = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    assert [m["event"] for m in said] == ["ready", "playground", "stopped"], said
+    assert said[0]["message"].startswith("ready: ") and said[0]["ws_url"].startswith("ws://")
+    assert said[-1]["status"] == 0
+    records = []
+    for line in log.read_text().splitlines():
+        if line.strip():
+            records.append(json.loads(line)["record"])  # raises on a line that is not JSON
+    messages = [r["message"] for r in records]
+    assert any("speech server: ready" in m for m in messages), messages
+    about = [r for r in records if r["extra"].get("request_id") == "json-7"]
+    assert any("hit the runaway cap" in r["message"] for r in about), messages
 
 
 async def test_serve_command_writes_no_key_and_no_variable_to_its_log(
