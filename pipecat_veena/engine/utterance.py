@@ -11,7 +11,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,10 +28,12 @@ from pipecat_veena.generation import SamplingOptions, TokenGenerator
 from pipecat_veena.generation.base import MAX_SEED
 from pipecat_veena.interface import AudioChunk
 from pipecat_veena.logs import caller_text
+from pipecat_veena.normalize import sentence_language
 from pipecat_veena.streaming import StreamConfig, StreamDecoder, should_hurry
 from pipecat_veena.text import Part
-from pipecat_veena.timing import SourceWords, WordTiming, align_words, split_words
+from pipecat_veena.timing import SourceWords, WordTiming, split_words
 from pipecat_veena.tracing import UtteranceTrace
+from pipecat_veena.word_stream import WordStream
 
 #: A code stream periodic over this many seconds is a loop; periods up to LOOP_PERIOD_S count.
 LOOP_WINDOW_S = 3.0
@@ -40,6 +42,9 @@ LOOP_PERIOD_S = 0.5
 _AFTER_PAUSE = -1.0
 #: The loop guard checks at every this many codes (rounded up to whole frames) of the stream.
 _LOOP_CHECK_CODES = 16
+#: Weight of a group's measured speaking rate in its voice's moving average (the prior of the
+#: next group's provisional word times).
+RATE_MEMORY = 0.3
 
 
 @dataclass
@@ -53,6 +58,9 @@ class EngineParts:
         generator: the LLM backend.
         batcher: the decode micro-batcher in front of the codec.
         stream_config: the sliding-window settings in use.
+        speaking_rates: each (voice, language)'s speaking rate in seconds per spoken unit
+            (``pipecat_veena.timing``), a moving average over the groups timed so far: the
+            prior of provisional word times (``WordStream``).
     """
 
     config: EngineConfig
@@ -61,6 +69,14 @@ class EngineParts:
     generator: TokenGenerator
     batcher: Any
     stream_config: StreamConfig
+    speaking_rates: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def remember_rate(self, key: tuple[str, str], seconds_per_unit: float) -> None:
+        """Fold one group's measured speaking rate into its voice's moving average."""
+        old = self.speaking_rates.get(key)
+        self.speaking_rates[key] = (
+            seconds_per_unit if old is None else old + RATE_MEMORY * (seconds_per_unit - old)
+        )
 
 
 class Utterance:
@@ -127,15 +143,19 @@ class Utterance:
             max_period=round(LOOP_PERIOD_S * self.rate),
             check_every=codec.codes_per_frame * -(-_LOOP_CHECK_CODES // codec.codes_per_frame),
         )
-        # Word timing: a group (parts up to one whose written text closes it) is aligned once
-        # its audio is complete, off the loop; its words ride the next chunk after that.
+        # Word timing: a group (parts up to one whose written text closes it) is timed while
+        # its audio arrives (``WordStream``: a word is released once the audio covering it
+        # exists, and rides the chunk that brought it); the rest once its audio is complete,
+        # off the loop. ``_slots`` keeps the words in order: released words, and the futures of
+        # groups being finished (the next group's words wait behind them).
         self._groups: deque[tuple[int, str, bool]] = deque()  # (end sample, written, cut)
-        self._group_start = 0  # first sample of the group being spoken
-        self._group_audio: list[np.ndarray] = []  # its samples so far
+        self._texts: deque[str] = deque()  # the written texts of the groups not opened yet
+        self._group: _Group | None = None  # the group whose audio is arriving
+        self._group_start = 0  # first sample of the next group
         self._source = SourceWords(text) if text else None  # where words are in the caller's
         self._written_at = 0  # without it: offset of the group's written text in theirs
         self._spoiled = False  # a part of the open group was cut short: no words for it
-        self._timing: deque[asyncio.Future[list[WordTiming]]] = deque()
+        self._slots: deque[list[WordTiming] | asyncio.Future[list[WordTiming]]] = deque()
         self._base = 0  # samples before the current decoder (earlier decoders and pauses)
         self._silence = 0  # samples of pauses (SSML breaks)
         # SSML: (first sample, speed: None the request's) in order, and the pauses' (first
@@ -148,6 +168,7 @@ class Utterance:
         """Speak the parts in order, one voice throughout; yields int16 chunks."""
         if self.config.log_requests:
             logger.info(f"{self.rid}: voice={self.voice.name} parts={len(parts)}")
+        self._texts = deque(part.written for part in parts if part.written)
         for index, part in enumerate(parts):
             if part.pause_s:
                 async with aclosing(self._pause(part.pause_s)) as chunks:
@@ -185,7 +206,7 @@ class Utterance:
                 f"{self.rid}: the model produced no audio for speakable text "
                 f"{caller_text(said[0], show=self.config.log_text)}"
             )
-        if self._timing:
+        if self._slots:
             logger.debug(f"{self.rid}: no chunk left to carry the last words' timings")
         if self.captured and self.config.pin_voices and not (self.guard.tripped or self.capped):
             self.fmt.voices.offer_pin(self.voice, self.voiceprint)
@@ -368,8 +389,8 @@ class Utterance:
         if self.first_audio_at is None:
             self.first_audio_at = time.monotonic()
         self._time_words(samples)
-        if last and self._timing:
-            await asyncio.wait(self._timing)
+        if last:
+            await self._words_finished()
         return AudioChunk(
             to_pcm_bytes(samples), self.codec.sample_rate, self.tokens, self.prompt_tokens,
             cut=self.cut, queue_s=self.first_token_at - self.started,
@@ -424,15 +445,15 @@ class Utterance:
         async with aclosing(self._flush()) as chunks:
             async for chunk in chunks:
                 yield chunk
-        if self._timing:
-            await asyncio.wait(self._timing)
+        await self._words_finished()
         n = round(seconds * self.codec.sample_rate)
         self.pauses[self.samples] = n
         self._rate = _AFTER_PAUSE
         self.samples += n
         self._silence += n
         self._base = self._group_start = self.samples
-        self._group_audio = []
+        if self._group is not None:  # a sentence goes on after the pause: its words span it
+            self._feed(self._group, np.zeros(n, dtype=np.float32))
         if self.first_audio_at is None:
             self.first_audio_at = time.monotonic()
         queue_s = None if self.first_token_at is None else self.first_token_at - self.started
@@ -458,22 +479,79 @@ class Utterance:
         self._spoiled = False
 
     def _time_words(self, samples: np.ndarray) -> None:
-        """Keep the group's audio; start timing each group whose audio is now complete."""
-        self._group_audio.append(samples)
+        """Time the words of the new ``samples`` (the last decoded); finish each complete group.
+
+        The open group's stream gets its share of the samples and releases the words they
+        complete; a group whose audio is now complete is finished off the loop.
+        """
+        at = self.samples - len(samples)  # where ``samples`` start in the utterance
         while self._groups and self._groups[0][0] <= self.samples:
             end, written, cut = self._groups.popleft()
-            audio = np.concatenate(self._group_audio)
-            split = end - self._group_start
-            self._group_audio = [audio[split:]] if split < len(audio) else []
-            offset_s = self._group_start / self.codec.sample_rate
-            self._group_start = end
-            spans = self._source_spans(written)  # (in order, a cut group's words too)
-            if not cut:
-                self._timing.append(
-                    asyncio.ensure_future(
-                        asyncio.to_thread(self._align, written, audio[:split], offset_s, spans)
-                    )
-                )
+            group = self._open_group()
+            take = max(0, end - at)
+            if group is not None:
+                self._feed(group, samples[:take])
+            samples, at = samples[take:], max(at, end)
+            self._group, self._group_start = None, end
+            if group is not None and not cut:
+                future = asyncio.ensure_future(asyncio.to_thread(self._finish, group))
+                future.add_done_callback(lambda _, g=group: self._remember(g))
+                self._slots.append(future)
+        if len(samples) and (group := self._open_group()) is not None:
+            self._feed(group, samples)
+
+    def _open_group(self) -> _Group | None:
+        """The group whose audio is arriving, opened on its first samples (None: no more text)."""
+        if self._group is None and self._texts:
+            written = self._texts.popleft()
+            key = (self.voice.name, _language_of(written, self.language))
+            stream = WordStream(
+                written,
+                self.codec.sample_rate,
+                self.language,
+                seconds_per_unit=self.shared.speaking_rates.get(key),
+            )
+            self._group = _Group(
+                stream,
+                self._group_start / self.codec.sample_rate,
+                self._source_spans(written),  # (in order, a cut group's words too)
+                None if self._source is None else self._source.text,
+                key,
+            )
+        return self._group
+
+    def _feed(self, group: _Group, samples: np.ndarray) -> None:
+        """Give a group its next samples; the words they complete join the words to send."""
+        try:
+            words = group.stream.feed(samples)
+        except Exception as e:  # noqa: BLE001 (timing must never break the audio)
+            logger.warning(f"{self.rid}: word timing failed ({type(e).__name__}: {e})")
+            return
+        if words:
+            placed = group.place(words)
+            if self._slots and isinstance(self._slots[-1], list):
+                self._slots[-1].extend(placed)
+            else:
+                self._slots.append(placed)
+
+    def _finish(self, group: _Group) -> list[WordTiming]:
+        """The words of a complete group not released yet (on a worker thread)."""
+        try:
+            return group.place(group.stream.finish())
+        except Exception as e:  # noqa: BLE001 (timing must never break the audio)
+            logger.warning(f"{self.rid}: word timing failed ({type(e).__name__}: {e})")
+            return []
+
+    def _remember(self, group: _Group) -> None:
+        """A finished group's measured speaking rate joins its voice's average (on the loop)."""
+        if group.stream.seconds_per_unit:
+            self.shared.remember_rate(group.key, group.stream.seconds_per_unit)
+
+    async def _words_finished(self) -> None:
+        """Wait until the groups being finished are (their words can ride the next chunk)."""
+        pending = [slot for slot in self._slots if isinstance(slot, asyncio.Future)]
+        if pending:
+            await asyncio.wait(pending)
 
     def _source_spans(self, written: str) -> list[tuple[int, int] | None]:
         """Where each word of a group's written text is in the caller's text (None: not found)."""
@@ -486,45 +564,64 @@ class Utterance:
             logger.debug(f"{self.rid}: a timed word is not in the caller's text")
         return spans
 
-    def _align(
-        self,
-        written: str,
-        audio: np.ndarray,
-        offset_s: float,
-        spans: list[tuple[int, int] | None],
-    ) -> list[WordTiming]:
-        """Word timings of one group, shifted to the utterance and its caller's text.
+    def _timed_words(self) -> tuple[WordTiming, ...]:
+        """The words timed so far, in order (a group's wait for the groups before it)."""
+        words: list[WordTiming] = []
+        while self._slots:
+            slot = self._slots[0]
+            if isinstance(slot, asyncio.Future):
+                if not slot.done():
+                    break
+                slot = slot.result()
+            words += slot
+            self._slots.popleft()
+        return tuple(words)
 
-        Runs on a worker thread. A word not found in the caller's text keeps its normalised
-        form and the offset of the word before (best effort).
+
+@dataclass
+class _Group:
+    """One group's words while they are timed.
+
+    Attributes:
+        stream: its word stream (fed the group's audio).
+        offset_s: where its audio starts in the utterance, seconds.
+        spans: where each of its words is in the caller's text (None: not found).
+        source: the caller's text (None: offsets point into the parts' written text).
+        key: (voice, language) of its speaking rate.
+        released: words placed so far.
+        at: the offset of the last word found in the caller's text.
+    """
+
+    stream: WordStream
+    offset_s: float
+    spans: list[tuple[int, int] | None]
+    source: str | None
+    key: tuple[str, str]
+    released: int = 0
+    at: int = 0
+
+    def place(self, words: list[WordTiming]) -> list[WordTiming]:
+        """The group's next words shifted to the utterance and spelled as in the caller's text.
+
+        A word not found in the caller's text keeps its normalised form and the offset of the
+        word before (best effort).
         """
-        try:
-            words = align_words(
-                written, audio, self.codec.sample_rate, self.language, assume_speech=True
-            )
-        except Exception as e:  # noqa: BLE001 (timing must never break the audio)
-            logger.warning(f"{self.rid}: word timing failed ({type(e).__name__}: {e})")
-            return []
-        if not words:
-            return []
-        source = self._source.text if self._source is not None else None
-        timed, at = [], 0
-        for w, span in zip(words, spans, strict=True):
+        placed = []
+        for w in words:
+            span = self.spans[self.released] if self.released < len(self.spans) else None
+            self.released += 1
             word = w.word
             if span is not None:
-                at = span[0]
-                word = word if source is None else source[span[0] : span[1]]
-            timed.append(
-                WordTiming(word, round(w.start + offset_s, 4), round(w.end + offset_s, 4), at)
-            )
-        return timed
+                self.at = span[0]
+                word = word if self.source is None else self.source[span[0] : span[1]]
+            start, end = round(w.start + self.offset_s, 4), round(w.end + self.offset_s, 4)
+            placed.append(WordTiming(word, start, end, self.at))
+        return placed
 
-    def _timed_words(self) -> tuple[WordTiming, ...]:
-        """The words of the groups timed so far, in order (a group waits for those before)."""
-        words: list[WordTiming] = []
-        while self._timing and self._timing[0].done():
-            words += self._timing.popleft().result()
-        return tuple(words)
+
+def _language_of(written: str, language: str) -> str:
+    """The language a group is spoken in: the request's, else its script's."""
+    return language if language != "auto" else sentence_language(written) or "en"
 
 
 def _voiceprint(parser: Any) -> VoicePrint:
