@@ -49,6 +49,7 @@ from server_fakes import (
 from servers import assert_ended, engine_behind_server, kill_leftovers, semantic_samples, serve_app
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
+from pipecat_veena.engine.voices import PRINTS_FORMAT
 from pipecat_veena.errors import GenerationError
 from pipecat_veena.interface import WordTiming
 from pipecat_veena.remote import RemoteVeenaEngine
@@ -456,7 +457,10 @@ async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
     The same process checks ``serve --log-format json`` (one engine start for both): every line
     of its stderr and stdout is JSON (its ``ready``, ``playground`` and ``stopped`` lines were
     plain text on stdout), and the engine's line about an utterance carries the WebSocket speak
-    id as request_id."""
+    id as request_id; and a ``--voice-map`` whose target was deleted, with a corrupt entry in
+    its ``--voices-file``: the server starts (warnings) and the alias answers unknown_voice
+    saying why (both were serve processes of their own in test_observability_real.py and
+    test_voice_owners_real.py)."""
     import socket
 
     with socket.socket() as s:
@@ -464,9 +468,15 @@ async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
         port = s.getsockname()[1]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out, log = tmp_path / "out.log", tmp_path / "err.log"
+    # `--voice-map alloy=asha` after `asha` was deleted, and a corrupt entry in the voices file:
+    # the server starts (warnings), and `alloy` answers unknown_voice saying why
+    voices = tmp_path / "voices.json"
+    voices.write_text(json.dumps({"format": PRINTS_FORMAT, "voices": {}, "enrolled": {
+        "ravi": {"globals": [5] * 32}, "broken": {"globals": [1, 2, 3]}}}))  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pipecat_veena.cli", "serve", "--model", str(spark_tiny_checkpoint),
         "--port", str(port), "--drain-timeout", "120", "--log-format", "json",
+        "--voice-map", "alloy=asha,echo=ravi", "--voices-file", str(voices),
         stdout=out.open("w"), stderr=log.open("w"), env=env, cwd=ROOT,
         start_new_session=True,
     )  # fmt: skip
@@ -477,6 +487,12 @@ async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
             await until_ready(http, proc, log)
             children = psutil.Process(proc.pid).children(recursive=True)
             assert children, "the vLLM engine process should be a child of the server"
+            body = {"input": "Hello.", "voice": "alloy", "response_format": "pcm"}
+            off = await http.post("/v1/audio/speech", json=body, timeout=60)
+            assert off.status_code == 400 and off.json()["error"]["code"] == "unknown_voice"
+            assert "'alloy' maps to 'asha'" in off.json()["error"]["message"]
+            body["voice"] = "echo"  # the other alias, to an enrolled voice that is there
+            assert (await http.post("/v1/audio/speech", json=body, timeout=60)).status_code == 200
             async with RawClient.connect(f"ws://127.0.0.1:{port}/v1/audio/stream") as client:
                 # a cap on tokens well under what the text asks (22 ids, 88 semantic tokens):
                 # the engine warns (at the default level) that it cut the part
@@ -519,6 +535,8 @@ async def test_serve_command_drains_on_sigterm_and_leaves_nothing_behind(
     assert any("speech server: ready" in m for m in messages), messages
     about = [r for r in records if r["extra"].get("request_id") == "json-7"]
     assert any("hit the runaway cap" in r["message"] for r in about), messages
+    assert any("voice map alloy=asha" in m for m in messages), messages
+    assert any("'broken' skipped" in m for m in messages), messages
 
 
 async def test_serve_command_writes_no_key_and_no_variable_to_its_log(
