@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -138,3 +139,14 @@ def semantic_samples(engine: Any, outputs: dict[str, list[int]], rids: Any) -> i
         if 0 <= t - ids.semantic_base < ids.num_semantic_codes
     )
     return semantics * engine._codec.samples_per_frame
+
+
+async def idle_after(engine: Any, server: Any, limit_s: float = 10.0) -> float:
+    """Seconds until nothing is in flight in vLLM or on the server (``engine``: a VeenaEngine,
+    ``server``: a ServerHandle); fails past ``limit_s``."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit_s:
+        if not engine.stats()["unfinished_requests"] and not server.state.slots.active:
+            return time.monotonic() - start
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"still in flight: {engine.stats()}, {server.state.slots.active}")

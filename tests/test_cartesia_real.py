@@ -32,7 +32,7 @@ from pipecat.pipeline.worker import PipelineParams
 from pipecat.services.cartesia.tts import CartesiaTTSService
 from pipecat.tests.utils import SleepFrame, run_test
 from recording import RecordingGenerator
-from servers import engine_behind_server, semantic_samples
+from servers import engine_behind_server, idle_after, semantic_samples
 
 from pipecat_veena.engine import EngineConfig, VeenaEngine
 from pipecat_veena.server import ServerHandle, create_app
@@ -63,16 +63,6 @@ def _native_samples(engine: VeenaEngine, recorder: RecordingGenerator, rids) -> 
     return semantic_samples(engine, recorder.outputs, rids)
 
 
-async def _idle_after(engine: VeenaEngine, server: ServerHandle, limit_s: float = 10.0) -> float:
-    """Seconds until nothing is in flight in vLLM or on the server (fails past ``limit_s``)."""
-    start = time.monotonic()
-    while time.monotonic() - start < limit_s:
-        if not engine.stats()["unfinished_requests"] and not server.state.slots.active:
-            return time.monotonic() - start
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"still in flight: {engine.stats()}, {server.state.slots.active}")
-
-
 def _ws_url(server: ServerHandle) -> str:
     return f"ws://{server.host}:{server.port}/tts/websocket"
 
@@ -100,7 +90,7 @@ async def test_pipecat_speaks_every_word_as_written(real):
     audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
     native = _native_samples(engine, recorder, set(recorder.outputs) - before)
     assert sum(len(f.audio) for f in audio) // 2 == native > 0
-    await _idle_after(engine, server)
+    await idle_after(engine, server)
 
 
 async def test_pipecat_token_aggregation_is_buffered_to_sentences(real):
@@ -125,7 +115,8 @@ async def test_pipecat_token_aggregation_is_buffered_to_sentences(real):
     down, up = await run_test(
         tts,
         frames_to_send=[
-            LLMFullResponseStartFrame(), *(LLMTextFrame(t) for t in tokens),
+            LLMFullResponseStartFrame(),
+            *(LLMTextFrame(t) for t in tokens),
             LLMFullResponseEndFrame(),
         ],  # fmt: skip
         pipeline_params=PipelineParams(audio_out_sample_rate=16000),
@@ -137,7 +128,7 @@ async def test_pipecat_token_aggregation_is_buffered_to_sentences(real):
     assert len(requests) <= 3  # sentences, not tokens (an engine request per sentence at most)
     audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
     assert sum(len(f.audio) for f in audio) // 2 == _native_samples(engine, recorder, requests)
-    await _idle_after(engine, server)
+    await idle_after(engine, server)
 
 
 async def test_cancel_stops_the_engine_at_once(real):
@@ -159,7 +150,7 @@ async def test_cancel_stops_the_engine_at_once(real):
         assert done["done"] is True
     print(f"engine idle {idle_ms:.1f} ms after the cancel")
     assert idle_ms < 1000
-    await _idle_after(engine, server)
+    await idle_after(engine, server)
 
 
 async def test_pipecat_barge_in_leaves_no_engine_work(real):
@@ -180,7 +171,7 @@ async def test_pipecat_barge_in_leaves_no_engine_work(real):
     assert not [f for f in up if isinstance(f, ErrorFrame)]
     last = max(i for i, f in enumerate(down) if isinstance(f, InterruptionFrame))
     assert [f for f in down[last:] if isinstance(f, TTSAudioRawFrame)]
-    await _idle_after(engine, server)
+    await idle_after(engine, server)
 
 
 async def test_pipecat_barge_in_keeps_the_played_words_in_the_context(real):
@@ -250,7 +241,7 @@ async def test_pipecat_barge_in_keeps_the_played_words_in_the_context(real):
     said = [m for m in context.get_messages() if m.get("role") == "assistant"][-1]["content"]
     kept = said.split()
     assert 0 < len(kept) < len(words) and kept == words[: len(kept)], (said, card.played)
-    await _idle_after(engine, server)
+    await idle_after(engine, server)
 
 
 async def test_pipecat_bad_key_and_unknown_voice_take_its_error_path(real):
@@ -270,7 +261,7 @@ async def test_pipecat_bad_key_and_unknown_voice_take_its_error_path(real):
     errors = [f.error for f in up if isinstance(f, ErrorFrame)]
     assert any("unknown_voice" in e for e in errors), errors
     assert not [f for f in down if isinstance(f, TTSAudioRawFrame)]
-    await _idle_after(engine, server)
+    await idle_after(engine, server)
 
 
 async def test_pipecat_http_service_through_tts_bytes(real):
@@ -291,7 +282,7 @@ async def test_pipecat_http_service_through_tts_bytes(real):
     audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
     native = _native_samples(engine, recorder, set(recorder.outputs) - before)
     assert native > 0 and abs(sum(len(f.audio) for f in audio) // 2 - native // 2) <= 2
-    await _idle_after(engine, server)
+    await idle_after(engine, server)
 
 
 # -- LiveKit's cartesia.TTS -----------------------------------------------------------------
@@ -331,7 +322,7 @@ async def test_livekit_streams_words_at_8000_hz(real):
     timed = [w for f in frames for w in f.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])]
     assert [str(w).strip() for w in timed] == WORDS
     assert "".join(str(w) for w in timed).strip() == TEXT  # sent.find() found every word
-    await _idle_after(engine, server)
+    await idle_after(engine, server)
 
 
 async def test_livekit_dropped_socket_aborts_its_contexts(real):
@@ -353,7 +344,7 @@ async def test_livekit_dropped_socket_aborts_its_contexts(real):
         assert server.state.slots.active == 3 and engine.stats()["unfinished_requests"] > 0
         for stream in streams:
             await stream.aclose()
-    idle_s = await _idle_after(engine, server)
+    idle_s = await idle_after(engine, server)
     print(f"engine idle {idle_s * 1000:.0f} ms after LiveKit closed its sockets")
 
 
@@ -381,7 +372,7 @@ async def test_livekit_bad_key_unknown_voice_and_bytes(real):
     native = _native_samples(engine, recorder, set(recorder.outputs) - before)
     assert frame.sample_rate == 8000 and native > 0
     assert abs(frame.samples_per_channel - native // 2) <= 2 + 80
-    await _idle_after(engine, server)
+    await idle_after(engine, server)
 
 
 # -- hostile input over a raw socket --------------------------------------------------------
@@ -431,7 +422,7 @@ async def test_hostile_input_gets_documented_errors_and_holds_no_slot(real):
         # a context reused after it was ended, while it still speaks
         for i in range(cap):
             await ws.send(json.dumps({"context_id": f"c{i}", "cancel": True}))
-        await _idle_after(engine, server)
+        await idle_after(engine, server)
         await ws.send(_generate("r", "One sentence that takes a moment to say. ", more=False))
         await ws.send(_generate("r", "More text for an ended context."))
         msg = await _until(ws, lambda m: m["type"] == "error")
@@ -446,7 +437,7 @@ async def test_hostile_input_gets_documented_errors_and_holds_no_slot(real):
             await ws.send(_generate("big", piece))
         msg = await _until(ws, lambda m: m["type"] == "error" and m["context_id"] == "big")
         assert msg["error_code"] == "text_too_long"
-    await _idle_after(engine, server)
+    await idle_after(engine, server)
     grown_mb = (me.memory_info().rss - rss) / 2**20
     print(f"10,000 contexts refused in {flood_s:.2f} s; RSS grew {grown_mb:.1f} MiB")
     assert server.state.slots.active == 0
@@ -460,9 +451,7 @@ async def test_a_never_finished_context_times_out(real):
     handle = await ServerHandle(create_app(engine, settings, owns_engine=False)).start()
     try:
         await handle.state.wait_started()
-        async with websockets.connect(
-            _ws_url(handle), additional_headers={"X-API-Key": KEY}
-        ) as ws:
+        async with websockets.connect(_ws_url(handle), additional_headers={"X-API-Key": KEY}) as ws:
             start = time.monotonic()
             await ws.send(_generate("open", "no sentence end, and nothing after it"))
             msg = await _until(ws, lambda m: m["type"] == "error", 30)
