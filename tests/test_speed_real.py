@@ -36,7 +36,10 @@ async def engine(spark_tiny_checkpoint, spark_generator):
     await engine.shutdown()
 
 
-async def _speak(engine, **options):
+async def _speak(engine, rates_of=None, **options):
+    # provisional word times start from the voice's remembered speaking rate, which each
+    # sentence updates: every call starts from the same (empty) memory to be comparable
+    (rates_of or engine)._parts.speaking_rates.clear()
     chunks = [c async for c in engine.stream(TEXT, seed=5, **options)]
     audio = np.concatenate([np.frombuffer(c.pcm, "<i2") for c in chunks])
     return chunks, audio, [w for c in chunks for w in c.words]
@@ -109,7 +112,7 @@ async def test_remote_engine_speaks_at_speed_through_the_real_server(engine):
         async with RemoteVeenaEngine(server.url) as remote:
             with pytest.raises(ValueError, match=r"0\.5 to 2\.0"):
                 remote.check_options(speed=2.5)
-            chunks, audio, words = await _speak(remote, speed=1.5)
+            chunks, audio, words = await _speak(remote, rates_of=engine, speed=1.5)
     assert np.array_equal(audio, stretch(base, engine.sample_rate, 1.5))
     assert [w.word for w in words] == [w.word for w in base_words]
     for before, after in zip(base_words, words, strict=True):
