@@ -27,34 +27,61 @@ SERVER_LEXICON = {"en": {"EMI": "E M I"}, "hi": {"EMI": "ई एम आई"}, "Z
 #: (case, request: ssml document or text, ssml?, request lexicon or None, language)
 CASES = [
     ("en, name (lexicon)", "Please hold, Ms. Nguyen.", False, {"Nguyen": "Ngwin"}, "auto"),
-    ("en, name (phoneme)", 'Ask <phoneme alphabet="ipa" ph="ˈʃɔːn">Sean</phoneme>.', True,
-     None, "auto"),
-    ("en, acronym (sub)", 'The <sub alias="World Health Organisation">WHO</sub> said so.',
-     True, None, "auto"),
+    (
+        "en, name (phoneme)",
+        'Ask <phoneme alphabet="ipa" ph="ˈʃɔːn">Sean</phoneme>.',
+        True,
+        None,
+        "auto",
+    ),
+    (
+        "en, acronym (sub)",
+        'The <sub alias="World Health Organisation">WHO</sub> said so.',
+        True,
+        None,
+        "auto",
+    ),
     ("en, acronym (server lexicon)", "Your EMI is due.", False, None, "auto"),
-    ("en, acronym (request over server)", "Your EMI is due.", False,
-     {"EMI": "monthly instalment"}, "auto"),
+    (
+        "en, acronym (request over server)",
+        "Your EMI is due.",
+        False,
+        {"EMI": "monthly instalment"},
+        "auto",
+    ),
     ("en, spell", 'Code <say-as interpret-as="characters">SBI4</say-as>.', True, None, "auto"),
     ("en, digits", 'PIN <say-as interpret-as="digits">2024</say-as>.', True, None, "auto"),
-    ("en, cardinal", 'About <say-as interpret-as="cardinal">2024</say-as> people.', True,
-     None, "auto"),
+    (
+        "en, cardinal",
+        'About <say-as interpret-as="cardinal">2024</say-as> people.',
+        True,
+        None,
+        "auto",
+    ),
     ("en, date", 'Due <say-as interpret-as="date">05/08/2025</say-as>.', True, None, "auto"),
-    ("en, phone", 'Call <say-as interpret-as="telephone">9876543210</say-as>.', True, None,
-     "auto"),
+    ("en, phone", 'Call <say-as interpret-as="telephone">9876543210</say-as>.', True, None, "auto"),
     ("en, break", 'Yes.<break time="300ms"/>Go ahead.', True, None, "auto"),
-    ("hi, name (phoneme)", 'नमस्ते <phoneme alphabet="ipa" ph="kəməleːʃ">कमलेश</phoneme> जी।',
-     True, None, "auto"),
+    (
+        "hi, name (phoneme)",
+        'नमस्ते <phoneme alphabet="ipa" ph="kəməleːʃ">कमलेश</phoneme> जी।',
+        True,
+        None,
+        "auto",
+    ),
     ("hi, brand (server lexicon)", "Zomato से order आया।", False, None, "auto"),
     ("hi, ordinal", 'यह <say-as interpret-as="ordinal">3</say-as> बार है।', True, None, "hi"),
     ("hi, date", 'तारीख <say-as interpret-as="date">05/08/2025</say-as> है।', True, None, "hi"),
-    ("hi, phone", 'नंबर <say-as interpret-as="telephone">98765 43210</say-as> है।', True,
-     None, "hi"),
+    ("hi, phone", 'नंबर <say-as interpret-as="telephone">98765 43210</say-as> है।', True, None, "hi"),
     ("hi, currency", 'बिल <say-as interpret-as="currency">₹1,250</say-as> है।', True, None, "hi"),
-    ("mixed, lang", 'Your total is <lang xml:lang="hi">₹500</lang>, thanks.', True, None,
-     "auto"),
+    ("mixed, lang", 'Your total is <lang xml:lang="hi">₹500</lang>, thanks.', True, None, "auto"),
     ("mixed, acronym", "आपकी EMI ₹1,250 है।", False, {"hi": {"EMI": "किस्त"}}, "auto"),
-    ("mixed, break", 'आपका order ship हो गया।<break strength="strong"/>Thank you!', True,
-     None, "auto"),
+    (
+        "mixed, break",
+        'आपका order ship हो गया।<break strength="strong"/>Thank you!',
+        True,
+        None,
+        "auto",
+    ),
 ]
 
 BREAKS_MS = (100, 300, 750, 1000, 2500)
@@ -135,9 +162,7 @@ async def break_table() -> list[str]:
     from pipecat_veena.engine import EngineConfig, VeenaEngine
     from pipecat_veena.resample import StreamResampler
 
-    engine = VeenaEngine(
-        EngineConfig(checkpoint=build_demo_checkpoint("spark-tiny"), warmup=False)
-    )
+    engine = VeenaEngine(EngineConfig(checkpoint=build_demo_checkpoint("spark-tiny"), warmup=False))
     await engine.start()
     lines = [
         "| break asked | measured at 16 kHz | error | at 24 kHz | error | at 48 kHz | error |",

@@ -649,9 +649,15 @@ class Soak:
             "duration_s": self.plan.duration_s,
             "ran_s": self.ran_s,
             "workers": self.plan.workers,
-            "references": {f"{t[:24]}|{s}": {"samples": len(r.pcm) // 2, "tokens": r.tokens,
-                                            "sha256": r.sha256, "repeatable": r.repeatable}
-                           for (t, s), r in self.refs.items()},  # fmt: skip
+            "references": {
+                f"{t[:24]}|{s}": {
+                    "samples": len(r.pcm) // 2,
+                    "tokens": r.tokens,
+                    "sha256": r.sha256,
+                    "repeatable": r.repeatable,
+                }
+                for (t, s), r in self.refs.items()
+            },  # fmt: skip
             "actions": len(results),
             "by_path": {
                 f"{p} {m}": dict(Counter(r.outcome for r in results if (r.path, r.mode) == (p, m)))
@@ -674,9 +680,13 @@ class Soak:
             ),
             "hung": len(hung),
             "kills": [
-                {"at_s": k.at_s, "pid": k.pid, "unready_s": k.unready_s,
-                 "ready_again_s": k.ready_again_s,
-                 "health": {str(c): n for c, n in k.health.items()}}
+                {
+                    "at_s": k.at_s,
+                    "pid": k.pid,
+                    "unready_s": k.unready_s,
+                    "ready_again_s": k.ready_again_s,
+                    "health": {str(c): n for c, n in k.health.items()},
+                }
                 for k in self.kills
             ],  # fmt: skip
             "left_running": left_running,
@@ -747,8 +757,10 @@ def table(s: dict[str, Any]) -> str:
     rows.append(f"- hung: {s['hung']}; left running at the end: {s['left_running']:g}; "
                 f"an utterance after the run: {s['final_utterance']}")  # fmt: skip
     if s["bot_said_not_retryable"]:
-        rows.append(f"- RemoteVeenaEngine raised {s['bot_said_not_retryable']} server faults as "
-                    "not retryable (after the first audio: sent again, words would repeat)")
+        rows.append(
+            f"- RemoteVeenaEngine raised {s['bot_said_not_retryable']} server faults as "
+            "not retryable (after the first audio: sent again, words would repeat)"
+        )
     rows.append(f"- problems: {'; '.join(s['problems']) or 'none'}")
     return "\n".join(rows)
 

@@ -240,9 +240,7 @@ async def _serve_async(args: argparse.Namespace, checkpoint: Path, settings: obj
     if status and handle.state.failed:
         console_error(args.log_format, f"the engine failed to start: {handle.state.failed}")
     elif status:
-        console_error(
-            args.log_format, "the engine died and could not be restarted (see the log)"
-        )
+        console_error(args.log_format, "the engine died and could not be restarted (see the log)")
     console(args.log_format, "stopped", "stopped", status=status)
     return status
 
@@ -400,59 +398,140 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--model", type=Path, default=None, help="checkpoint dir (None: the demo)")
     srv.add_argument("--host", default="127.0.0.1", help="address (0.0.0.0: all interfaces)")
     srv.add_argument("--port", type=int, default=8000, help="port")
-    srv.add_argument("--api-key-file", type=Path, default=None,
-                     help="bearer keys, one per line or 'name key' (None: an open server)")
-    srv.add_argument("--max-streams", type=int, default=limits.max_streams,
-                     help="utterances in flight, in total")
-    srv.add_argument("--max-streams-per-key", type=int, default=limits.max_streams_per_key,
-                     help="utterances in flight per API key (None: no per-key cap)")
-    srv.add_argument("--max-streams-per-anonymous-client", type=int,
-                     default=limits.max_streams_per_anonymous_client,
-                     help="without API keys: utterances in flight per client address (0: no cap)")
-    srv.add_argument("--max-open-utterances", type=int, default=limits.max_open_utterances,
-                     help="utterances still taking text (final false) per WebSocket")
-    srv.add_argument("--open-utterance-timeout", type=float,
-                     default=limits.open_utterance_timeout_s,
-                     help="seconds an utterance taking text may wait for text before it ends")
-    srv.add_argument("--max-text-chars", type=int, default=limits.max_text_chars,
-                     help="longest text of one utterance")
-    srv.add_argument("--max-message-bytes", type=int, default=limits.max_message_bytes,
-                     help="longest WebSocket message or HTTP body")
-    srv.add_argument("--max-upload-bytes", type=int, default=limits.max_upload_bytes,
-                     help="longest voice-clip upload (POST /v1/audio/voices), else 413")
-    srv.add_argument("--idle-timeout", type=float, default=limits.idle_timeout_s,
-                     help="seconds before an idle WebSocket is closed")
-    srv.add_argument("--slow-client-timeout", type=float, default=limits.slow_client_timeout_s,
-                     help="seconds a client may leave a message unread before it is dropped")
-    srv.add_argument("--drain-timeout", type=float, default=limits.drain_timeout_s,
-                     help="on SIGTERM, seconds in-flight streams get to finish")
-    srv.add_argument("--max-connections", type=int, default=limits.max_connections,
-                     help="open TCP connections (HTTP and WebSocket); one more gets a 503")
-    srv.add_argument("--header-timeout", type=float, default=limits.header_timeout_s,
-                     help="seconds for a request's headers to arrive whole (also closes "
-                          "connections that send nothing)")
-    srv.add_argument("--body-timeout", type=float, default=limits.body_timeout_s,
-                     help="seconds for an HTTP request body to arrive whole (else 408)")
-    srv.add_argument("--max-header-bytes", type=int, default=limits.max_header_bytes,
-                     help="longest request line plus headers (else 431)")
-    srv.add_argument("--max-headers", type=int, default=limits.max_headers,
-                     help="most header fields in one request (else 431)")
-    srv.add_argument("--voice-map", default=None,
-                     help="OpenAI voice names to checkpoint voices, e.g. alloy=female,echo=male")
-    srv.add_argument("--max-enrolled-voices", type=int, default=limits.max_enrolled_voices,
-                     help="enrolled voices in all (POST /v1/audio/voices past it: 409; 0: no cap)")
-    srv.add_argument("--voices-file", type=Path, default=None,
-                     help="enrolled voices and pinned prints (JSON), shared by replicas: written "
-                          "on enrolment, reloaded when it changes and on SIGHUP (None: "
-                          "voice-prints.json in the checkpoint)")
+    srv.add_argument(
+        "--api-key-file",
+        type=Path,
+        default=None,
+        help="bearer keys, one per line or 'name key' (None: an open server)",
+    )
+    srv.add_argument(
+        "--max-streams", type=int, default=limits.max_streams, help="utterances in flight, in total"
+    )
+    srv.add_argument(
+        "--max-streams-per-key",
+        type=int,
+        default=limits.max_streams_per_key,
+        help="utterances in flight per API key (None: no per-key cap)",
+    )
+    srv.add_argument(
+        "--max-streams-per-anonymous-client",
+        type=int,
+        default=limits.max_streams_per_anonymous_client,
+        help="without API keys: utterances in flight per client address (0: no cap)",
+    )
+    srv.add_argument(
+        "--max-open-utterances",
+        type=int,
+        default=limits.max_open_utterances,
+        help="utterances still taking text (final false) per WebSocket",
+    )
+    srv.add_argument(
+        "--open-utterance-timeout",
+        type=float,
+        default=limits.open_utterance_timeout_s,
+        help="seconds an utterance taking text may wait for text before it ends",
+    )
+    srv.add_argument(
+        "--max-text-chars",
+        type=int,
+        default=limits.max_text_chars,
+        help="longest text of one utterance",
+    )
+    srv.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=limits.max_message_bytes,
+        help="longest WebSocket message or HTTP body",
+    )
+    srv.add_argument(
+        "--max-upload-bytes",
+        type=int,
+        default=limits.max_upload_bytes,
+        help="longest voice-clip upload (POST /v1/audio/voices), else 413",
+    )
+    srv.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=limits.idle_timeout_s,
+        help="seconds before an idle WebSocket is closed",
+    )
+    srv.add_argument(
+        "--slow-client-timeout",
+        type=float,
+        default=limits.slow_client_timeout_s,
+        help="seconds a client may leave a message unread before it is dropped",
+    )
+    srv.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=limits.drain_timeout_s,
+        help="on SIGTERM, seconds in-flight streams get to finish",
+    )
+    srv.add_argument(
+        "--max-connections",
+        type=int,
+        default=limits.max_connections,
+        help="open TCP connections (HTTP and WebSocket); one more gets a 503",
+    )
+    srv.add_argument(
+        "--header-timeout",
+        type=float,
+        default=limits.header_timeout_s,
+        help="seconds for a request's headers to arrive whole (also closes "
+        "connections that send nothing)",
+    )
+    srv.add_argument(
+        "--body-timeout",
+        type=float,
+        default=limits.body_timeout_s,
+        help="seconds for an HTTP request body to arrive whole (else 408)",
+    )
+    srv.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=limits.max_header_bytes,
+        help="longest request line plus headers (else 431)",
+    )
+    srv.add_argument(
+        "--max-headers",
+        type=int,
+        default=limits.max_headers,
+        help="most header fields in one request (else 431)",
+    )
+    srv.add_argument(
+        "--voice-map",
+        default=None,
+        help="OpenAI voice names to checkpoint voices, e.g. alloy=female,echo=male",
+    )
+    srv.add_argument(
+        "--max-enrolled-voices",
+        type=int,
+        default=limits.max_enrolled_voices,
+        help="enrolled voices in all (POST /v1/audio/voices past it: 409; 0: no cap)",
+    )
+    srv.add_argument(
+        "--voices-file",
+        type=Path,
+        default=None,
+        help="enrolled voices and pinned prints (JSON), shared by replicas: written "
+        "on enrolment, reloaded when it changes and on SIGHUP (None: "
+        "voice-prints.json in the checkpoint)",
+    )
     _add_device_arguments(srv)
     srv.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
-    srv.add_argument("--log-format", choices=LOG_FORMATS, default="text",
-                     help="stderr logs as text, or as JSON lines (loguru's serialized records; "
-                          "each utterance's lines carry its request_id)")
-    srv.add_argument("--log-text", action="store_true",
-                     help="show callers' text (its first 60 characters) in logs, spans and "
-                          "error messages; off: only its length and a short hash")
+    srv.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="stderr logs as text, or as JSON lines (loguru's serialized records; "
+        "each utterance's lines carry its request_id)",
+    )
+    srv.add_argument(
+        "--log-text",
+        action="store_true",
+        help="show callers' text (its first 60 characters) in logs, spans and "
+        "error messages; off: only its length and a short hash",
+    )
     srv.set_defaults(func=_serve)
 
     voices = sub.add_parser(
@@ -468,11 +547,18 @@ def build_parser() -> argparse.ArgumentParser:
     voices.add_argument("name", nargs="?", default=None, help="the voice's name (add, remove)")
     voices.add_argument("clip", nargs="?", type=Path, default=None, help="the clip (add)")
     voices.add_argument("--transcript", default=None, help="the clip's words (transcript mode)")
-    voices.add_argument("--replace", action="store_true",
-                        help="add: replace an enrolled voice of that name (else refused)")
+    voices.add_argument(
+        "--replace",
+        action="store_true",
+        help="add: replace an enrolled voice of that name (else refused)",
+    )
     voices.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
-    voices.add_argument("--voices-file", type=Path, default=None,
-                        help="the voices file (default: voice-prints.json in the checkpoint)")
+    voices.add_argument(
+        "--voices-file",
+        type=Path,
+        default=None,
+        help="the voices file (default: voice-prints.json in the checkpoint)",
+    )
     voices.set_defaults(func=_voices)
 
     cal = sub.add_parser("calibrate", help="measure the lookahead a checkpoint's codec needs")
@@ -489,10 +575,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     norm.add_argument("text", help="the request's text (SSML with --ssml)")
     norm.add_argument("--ssml", action="store_true", help="TEXT is SSML (the supported subset)")
-    norm.add_argument("--lexicon", type=Path, default=None,
-                      help="a lexicon JSON file (term -> spoken form, or by language)")
-    norm.add_argument("--language", choices=("auto", "hi", "en"), default="auto",
-                      help="language of spoken numbers and dates (auto: per sentence)")
+    norm.add_argument(
+        "--lexicon",
+        type=Path,
+        default=None,
+        help="a lexicon JSON file (term -> spoken form, or by language)",
+    )
+    norm.add_argument(
+        "--language",
+        choices=("auto", "hi", "en"),
+        default="auto",
+        help="language of spoken numbers and dates (auto: per sentence)",
+    )
     norm.set_defaults(func=_normalize)
 
     demo = sub.add_parser("build-demo", help="build (or reuse) the deterministic demo checkpoints")

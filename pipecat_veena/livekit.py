@@ -175,8 +175,16 @@ class VeenaTTS(tts.TTS):
         self._engine = engine
         self._opts = self._checked(
             VeenaTTSOptions(
-                voice, temperature, top_k, top_p, repetition_penalty, seed, pitch, speed,
-                lexicon, ssml,
+                voice,
+                temperature,
+                top_k,
+                top_p,
+                repetition_penalty,
+                seed,
+                pitch,
+                speed,
+                lexicon,
+                ssml,
             )  # fmt: skip
         )
         self._tokenizer = sentence_tokenizer or tokenize.blingfire.SentenceTokenizer()

@@ -373,9 +373,7 @@ class VeenaTTSService(TTSService):
         try:
             stream = tracing.traced(
                 self._tts_span(context_id),
-                self._engine.stream(
-                    text, self._voice_name(), request_id=context_id, **options
-                ),
+                self._engine.stream(text, self._voice_name(), request_id=context_id, **options),
             )
             async with aclosing(stream) as chunks:
                 async for chunk in chunks:

@@ -64,10 +64,16 @@ def _patch_ogg_page(data: bytearray, at: int) -> None:
 
 def vorbis_claiming_rate(rate: int = 2_000_000_000, seconds: float = 20.0) -> bytes:
     """Ogg Vorbis whose identification header claims ``rate`` Hz (its audio: 8 kHz stereo)."""
-    data = bytearray(_encode(
-        np.repeat(_noise(seconds, 8000)[:, None], 2, 1), 8000, "ogg", "vorbis", "stereo",
-        strict="experimental",  # FFmpeg's own Vorbis encoder (stereo only)
-    ))
+    data = bytearray(
+        _encode(
+            np.repeat(_noise(seconds, 8000)[:, None], 2, 1),
+            8000,
+            "ogg",
+            "vorbis",
+            "stereo",
+            strict="experimental",  # FFmpeg's own Vorbis encoder (stereo only)
+        )
+    )
     at = data.index(b"\x01vorbis") + 7 + 4 + 1  # after the version (4) and channels (1)
     data[at : at + 4] = struct.pack("<I", rate)
     _patch_ogg_page(data, at)

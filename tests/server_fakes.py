@@ -194,8 +194,10 @@ class RawClient:
         while len(ends) < len(uids):
             message = await self.recv(wait_s)
             uid = getattr(message, "id", None)
-            if not isinstance(message, AudioFrame) and uid in uids and (
-                message.type == "done" or getattr(message, "ended", False)
+            if (
+                not isinstance(message, AudioFrame)
+                and uid in uids
+                and (message.type == "done" or getattr(message, "ended", False))
             ):
                 ends[uid] = message
         return ends
@@ -268,9 +270,7 @@ async def send_invalid_utf8(port: int, target: str) -> None:
     writer.close()
 
 
-async def openai_tts_service_speaks(
-    url: str, text: str, voice: str = "alloy"
-) -> tuple[list, list]:
+async def openai_tts_service_speaks(url: str, text: str, voice: str = "alloy") -> tuple[list, list]:
     """Pipecat's own ``OpenAITTSService`` pointed at the server at ``url``, in a real pipeline
     at 24 kHz, speaking with ``voice``; returns the frames that went (down, up)."""
     from pipecat.frames.frames import TTSSpeakFrame

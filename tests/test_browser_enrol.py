@@ -57,7 +57,7 @@ async def test_upload_and_record_a_voice_in_the_playground(chromium, tmp_path: P
             await page.fill("#voice-name", "mic")
             await page.click("#enrol-button")
             await page.wait_for_function(
-                "() => /\"mic\" enrolled|Not enrolled/.test(window.playground.enrolResult?.text)"
+                '() => /"mic" enrolled|Not enrolled/.test(window.playground.enrolResult?.text)'
             )
             message = await _message(page)
             # the server decoded the browser's recording (WebM/Ogg Opus): it enrolled it, or

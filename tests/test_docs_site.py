@@ -64,8 +64,15 @@ def test_the_api_reference_comes_from_the_docstrings(site: Path):
 
 def test_nothing_moved_out_of_the_readme_was_lost(site: Path):
     # each README heading before the split lives on as a guide page's title or section
-    for title in ("Configuration", "Word timings", "Checkpoints, voices and enrolment",
-                  "Deploying", "A LiveKit agent", "A Pipecat bot", "The playground page"):
+    for title in (
+        "Configuration",
+        "Word timings",
+        "Checkpoints, voices and enrolment",
+        "Deploying",
+        "A LiveKit agent",
+        "A Pipecat bot",
+        "The playground page",
+    ):
         assert any(title in p.read_text() for p in (ROOT / "docs" / "guides").glob("*.md")), title
 
 

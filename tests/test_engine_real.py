@@ -127,9 +127,7 @@ async def test_exported_voices_make_another_engine_speak_the_same_voice(
     finally:
         await first.shutdown()
     recorder = RecordingGenerator(spark_generator)
-    second = VeenaEngine(
-        replace(config, voices_file=tmp_path / "voices.json"), generator=recorder
-    )
+    second = VeenaEngine(replace(config, voices_file=tmp_path / "voices.json"), generator=recorder)
     await second.start()
     try:
         await _speak(second, "Good evening.", voice="male", seed=5, request_id="replica")

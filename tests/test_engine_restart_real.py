@@ -329,9 +329,7 @@ async def test_second_sigterm_ends_every_utterance_before_the_close(
             await until_ready(http, proc, log)
         children = psutil.Process(proc.pid).children(recursive=True)
         async with contextlib.AsyncExitStack() as stack:
-            clients = [
-                await stack.enter_async_context(RawClient.connect(ws_url)) for _ in range(3)
-            ]
+            clients = [await stack.enter_async_context(RawClient.connect(ws_url)) for _ in range(3)]
             for i, client in enumerate(clients):
                 for j in range(2):
                     await client.send({"type": "speak", "id": f"u{i}{j}", "text": LONG})
@@ -349,8 +347,10 @@ async def test_second_sigterm_ends_every_utterance_before_the_close(
                     while True:
                         message = await client.recv(wait_s=60)
                         uid = getattr(message, "id", None)
-                        if not isinstance(message, AudioFrame) and uid is not None and (
-                            message.type == "done" or getattr(message, "ended", False)
+                        if (
+                            not isinstance(message, AudioFrame)
+                            and uid is not None
+                            and (message.type == "done" or getattr(message, "ended", False))
                         ):
                             ends[uid] = message
                 assert set(ends) == {f"u{i}0", f"u{i}1"}, (i, ends)

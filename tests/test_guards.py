@@ -92,6 +92,7 @@ async def test_the_installed_pipecat_keeps_tts_spans_where_the_guard_reads_them(
         return found[-1]
 
     monkeypatch.setattr(tracing, "pipecat_tts_span", watch)
+
     class Engine(FakeSpeechEngine):
         def check_options(self, **options):  # the service sends None for "the default"
             return super().check_options(**{k: v for k, v in options.items() if v is not None})

@@ -35,9 +35,15 @@ ALLOWED: dict[str, set[str]] = {
     "generation": {"basics"},
     "streaming": {"basics", "codecs"},
     "engine.*": {
-        "basics", "normalize", "timing", "word_stream", "codecs", "streaming", "generation",
+        "basics",
+        "normalize",
+        "timing",
+        "word_stream",
+        "codecs",
+        "streaming",
+        "generation",
         "engine",
-    },  # fmt: skip
+    },
     "remote": {"basics", "generation", "normalize", "engine"},
     "server": {"basics", "remote", "engine", "normalize", "generation"},
     "deploy": {"basics", "server", "engine", "demo"},
@@ -162,10 +168,7 @@ def test_no_import_cycles_between_modules():
     ],
 )
 def test_light_imports_stay_light(module: str, heavy: tuple[str, ...]):
-    code = (
-        f"import sys, {module}; "
-        f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
-    )
+    code = f"import sys, {module}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"importing {module} loaded {out.stdout.strip()}"
 

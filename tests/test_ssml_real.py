@@ -326,8 +326,9 @@ async def test_pipecat_over_the_remote_engine(real, tokenizer):
     async with RemoteVeenaEngine(server.url) as remote:
         before = set(recorder.prompts)
         down, up = await run_test(
-            VeenaTTSService(remote, seed=9, lexicon={"Asha": "Aashaa"},
-                            text_transforms=[("*", pronounce)]),  # fmt: skip
+            VeenaTTSService(
+                remote, seed=9, lexicon={"Asha": "Aashaa"}, text_transforms=[("*", pronounce)]
+            ),  # fmt: skip
             frames_to_send=[TTSSpeakFrame("Asha met Nguyen.")],
         )
         assert not [f for f in up if isinstance(f, ErrorFrame)]

@@ -598,9 +598,7 @@ class VeenaEngine:
         book = self._require_format().voices
         owned, shared = set(book.owned_by(owner)), set(book.shared_with_all())
         return {
-            n: (n in owned, n in shared)
-            for n in sorted(book.enrolled)
-            if book.usable_by(n, owner)
+            n: (n in owned, n in shared) for n in sorted(book.enrolled) if book.usable_by(n, owner)
         }
 
     def _change_voices(self, change: Callable[[VoiceBook], T]) -> T:
@@ -835,7 +833,13 @@ class VeenaEngine:
             return
         rid = f"{request_id or 'tts'}-{uuid.uuid4().hex[:12]}"
         request = Utterance(
-            self._parts, rid, voice_obj, options, max_tokens, language=language, text=text,
+            self._parts,
+            rid,
+            voice_obj,
+            options,
+            max_tokens,
+            language=language,
+            text=text,
             speed=speed or 1.0,
         )
         request.trace = tracing.utterance(

@@ -57,9 +57,7 @@ async def at_speed(
             n = chunk.num_samples
             if pauses and n and pauses.get(fed) == n:  # exact silence, not stretched
                 pending.extend(_mapped(chunk.words, mapped))  # (all before the pause)
-                samples = np.concatenate(
-                    [stretcher.flush(), np.frombuffer(chunk.pcm, dtype="<i2")]
-                )
+                samples = np.concatenate([stretcher.flush(), np.frombuffer(chunk.pcm, dtype="<i2")])
                 fed += n
                 emitted += len(samples)
                 in_at, out_at = fed, emitted / rate

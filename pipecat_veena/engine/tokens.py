@@ -21,7 +21,6 @@ Lookup = Callable[[str], int | None]
 MAX_STRAY_TOKENS = 64
 
 
-
 def _require(lookup: Lookup, token: str, what: str) -> int:
     token_id = lookup(token)
     if token_id is None:

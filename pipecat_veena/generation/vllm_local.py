@@ -150,7 +150,7 @@ def check_spawn_safe() -> None:
                     f"{path}:{line} starts the engine at the top level of the script. vLLM "
                     "starts its engine process with 'spawn', which imports the script again "
                     "and would start a second engine inside the first. Put the code that "
-                    "starts it under  if __name__ == \"__main__\":"
+                    'starts it under  if __name__ == "__main__":'
                 )
             return
 

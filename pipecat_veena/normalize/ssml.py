@@ -214,9 +214,7 @@ def parse_ssml(text: str) -> list[Span | Break]:
             seconds = _break_seconds(attrs, lt, text)
             total_break += seconds
             if total_break > MAX_TOTAL_BREAK_S:
-                raise SsmlError(
-                    f"the breaks add up to more than {MAX_TOTAL_BREAK_S:g} s", lt, text
-                )
+                raise SsmlError(f"the breaks add up to more than {MAX_TOTAL_BREAK_S:g} s", lt, text)
             if seconds > 0:
                 if out and isinstance(out[-1], Break):
                     out[-1] = Break(round(out[-1].seconds + seconds, 6))
@@ -232,7 +230,7 @@ def parse_ssml(text: str) -> list[Span | Break]:
                 rate = _rate(attrs.get("rate"), lt, text)
             if tag == "phoneme" and attrs.get("alphabet", "ipa").lower() != "ipa":
                 raise SsmlError(
-                    f"<phoneme alphabet={attrs['alphabet']!r}>: only alphabet=\"ipa\" is supported",
+                    f'<phoneme alphabet={attrs["alphabet"]!r}>: only alphabet="ipa" is supported',
                     lt,
                     text,
                 )
@@ -244,9 +242,9 @@ def parse_ssml(text: str) -> list[Span | Break]:
                     text,
                 )
             if tag == "sub" and "alias" not in attrs:
-                raise SsmlError("<sub> needs alias=\"...\"", lt, text)
+                raise SsmlError('<sub> needs alias="..."', lt, text)
             if tag == "phoneme" and "ph" not in attrs:
-                raise SsmlError("<phoneme> needs ph=\"...\"", lt, text)
+                raise SsmlError('<phoneme> needs ph="..."', lt, text)
             if not closed:
                 if len(stack) >= MAX_DEPTH:
                     raise SsmlError(f"elements nested deeper than {MAX_DEPTH}", lt, text)
@@ -315,7 +313,7 @@ def _attributes(tag: str, body: str, at: int, text: str) -> dict[str, str]:
     if body[pos:].strip():
         raise SsmlError(
             f"<{tag}>: cannot read its attributes from {body[pos:].strip()[:40]!r} "
-            "(write name=\"value\")",
+            '(write name="value")',
             at + pos,
             text,
         )
@@ -358,7 +356,7 @@ def _break_seconds(attrs: dict[str, str], at: int, text: str) -> float:
         m = _DURATION.fullmatch(attrs["time"])
         if not m:
             raise SsmlError(
-                f"<break time={attrs['time']!r}>: write a duration such as \"300ms\" or \"1.5s\"",
+                f'<break time={attrs["time"]!r}>: write a duration such as "300ms" or "1.5s"',
                 at,
                 text,
             )
@@ -384,7 +382,7 @@ def _language(value: str, at: int, text: str) -> str:
 
 def _rate(value: str | None, at: int, text: str) -> float:
     if value is None:
-        raise SsmlError("<prosody> needs rate=\"...\" (the only prosody supported)", at, text)
+        raise SsmlError('<prosody> needs rate="..." (the only prosody supported)', at, text)
     v = value.strip().lower()
     try:
         if v in RATES:
@@ -636,8 +634,8 @@ def phoneme_markup(word: str, ph: str) -> str | None:
 
 def escape(text: str) -> str:
     """``text`` as SSML character data or an attribute value (``& < > "`` escaped)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace(
-        '"', "&quot;"
+    return (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
     )
 
 

@@ -231,9 +231,14 @@ def _probes_only(app: Any, refusal: ProtocolError) -> Any:
     """``app`` for the probe paths only; every other request gets ``refusal`` (a 503)."""
 
     async def guarded(scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] in PROBE_PATHS and scope["method"] in (
-            "GET",
-            "HEAD",
+        if (
+            scope["type"] == "http"
+            and scope["path"] in PROBE_PATHS
+            and scope["method"]
+            in (
+                "GET",
+                "HEAD",
+            )
         ):
             await app(scope, receive, send)
             return

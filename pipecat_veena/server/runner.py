@@ -186,9 +186,7 @@ async def serve_until_signalled(handle: ServerHandle, *, on_ready: Any = None) -
         if on_ready is not None:
             on_ready()
         dead = asyncio.ensure_future(state.wait_dead())
-        await asyncio.wait(
-            {first_signal, handle.task, dead}, return_when=asyncio.FIRST_COMPLETED
-        )
+        await asyncio.wait({first_signal, handle.task, dead}, return_when=asyncio.FIRST_COMPLETED)
         if dead.done() and not first_signal.done():
             logger.error(f"speech server: {dead.result()}; exiting with status 1")
             status = 1
@@ -231,9 +229,7 @@ def _reload_voices(handle: ServerHandle) -> None:
         except Exception as e:  # not started yet: the start reads the file anyway
             logger.warning(f"speech server: SIGHUP: voices file not reloaded: {e}")
             return
-        logger.info(
-            f"speech server: SIGHUP: voices file {'reloaded' if reloaded else 'unchanged'}"
-        )
+        logger.info(f"speech server: SIGHUP: voices file {'reloaded' if reloaded else 'unchanged'}")
 
     task = asyncio.get_running_loop().create_task(reload())
     _RELOADS.add(task)  # a reference until it is done (the loop keeps only a weak one)

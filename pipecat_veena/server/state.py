@@ -26,6 +26,7 @@ class Cancellable(Protocol):
 
     cancel: Callable[[str], None]
 
+
 #: What clients and probes are told about a failed start (the log and the CLI say why: the
 #: exception's text has paths and backend internals).
 START_FAILED = "the engine failed to start; the server's log says why"

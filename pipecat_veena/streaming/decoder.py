@@ -23,6 +23,7 @@ from pipecat_veena.streaming.schedule import StreamConfig, StreamScheduler, Wind
 
 __all__ = ["DecodeJob", "StreamDecoder"]
 
+
 @dataclass(frozen=True)
 class DecodeJob:
     """A planned decode of one stream: what the codec gets and what the stream keeps.
