@@ -4,7 +4,8 @@ Starts ``pipecat-veena serve`` on the demo checkpoint (``--kind``, default ``spa
 codec, what ``pipecat-veena serve`` uses without ``--model``), opens ``/`` in Debian's Chromium
 (the browser tests' launcher, ``tests/browser.py``), speaks each of the page's own examples in
 turn and reads the page's figures (``window.playground.utterance``): first sound, real-time factor,
-underruns (the player running dry after it started) and samples played.
+underruns (the player running dry after it started), samples played, and the words it
+highlighted while they played.
 
     .venv/bin/python -m benchmarks.playground [--kind spark] [--rounds 2]
 """
@@ -69,6 +70,18 @@ async def _speak_examples(url: str, rounds: int) -> list[dict]:
     return rows
 
 
+def _highlights(row: dict) -> tuple[int, list[float]]:
+    """(words the page highlighted, each one's lag in ms after its start played)."""
+    words = row["words"]
+    seen = {h["index"]: h["heard"] for h in row["highlights"] if h["index"] >= 0}
+    lags = [1000 * (heard - words[i]["start"]) for i, heard in sorted(seen.items())]
+    return len(seen), lags
+
+
+def _p90(values: list[float]) -> float:
+    return sorted(values)[int(0.9 * (len(values) - 1))] if values else 0.0
+
+
 def _section(kind: str, rows: list[dict]) -> str:
     lines = [
         f"`pipecat-veena serve` on the *{kind}* demo checkpoint (codec dtype chosen by the "
@@ -79,29 +92,41 @@ def _section(kind: str, rows: list[dict]) -> str:
         "the first sample that is not silence leaving the player), real-time factor (time "
         "taken over audio received), prebuffer (the audio the player waited for before it "
         "started: the page keeps what earlier answers taught it) and underruns (the player ran "
-        "dry after it started).",
+        "dry after it started). Words: those the page highlighted while they played, of all "
+        "the answer's words (a word whose time reaches the page after its start played is "
+        "skipped), and how long after its start played each highlighted word lit up "
+        "(p50 / max).",
         "",
         "| round | example | audio | first sound | real-time factor | prebuffer | underruns | "
-        "at seconds of audio played |",
-        "|---|---|---|---|---|---|---|---|",
+        "at seconds of audio played | words highlighted | highlight lag |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         sound = "–" if r["firstSoundMs"] is None else f"{r['firstSoundMs']:.0f} ms"
         rtf = "–" if r["rtf"] is None else f"{r['rtf']:.2f}"
         audio = r["samples"] / r["sampleRate"]
         at = ", ".join(f"{t:.2f}" for t in r["underrunsAt"]) or "–"
+        shown, lags = _highlights(r)
+        lag = f"{statistics.median(lags):.0f} / {max(lags):.0f} ms" if lags else "–"
         lines.append(
             f"| {r['round'] + 1} | {r['label']} | {audio:.2f} s | {sound} | {rtf} | "
-            f"{1000 * r['prebuffer']:.0f} ms | {r['underruns']} | {at} |"
+            f"{1000 * r['prebuffer']:.0f} ms | {r['underruns']} | {at} | "
+            f"{shown}/{len(r['words'])} | {lag} |"
         )
     rtfs = [r["rtf"] for r in rows if r["rtf"] is not None]
     runs = sum(r["underruns"] for r in rows)
     late = sum(1 for r in rows for t in r["underrunsAt"] if t > 1.0)
+    shown = [_highlights(r) for r in rows]
+    missed = [len(r["words"]) - n for r, (n, _) in zip(rows, shown, strict=True)]
+    lags = [lag for _, row_lags in shown for lag in row_lags]
     lines += [
         "",
         f"{len(rows)} utterances: {runs} underruns in all, {late} of them after the first second "
         f"of audio; real-time factor median {statistics.median(rtfs):.2f}, worst "
-        f"{max(rtfs):.2f}.",
+        f"{max(rtfs):.2f}. Words highlighted: {sum(n for n, _ in shown)} of "
+        f"{sum(len(r['words']) for r in rows)}; {sum(1 for m in missed if m)} answers skipped "
+        f"any (at most {max(missed)} words in one); highlight lag median "
+        f"{statistics.median(lags) if lags else 0:.0f} ms, p90 {_p90(lags):.0f} ms.",
     ]
     return "\n".join(lines) + "\n"
 
