@@ -13,13 +13,18 @@
 3. A small dynamic programme assigns pauses to boundaries between spoken words (preferring
    punctuation, keeping the speaking rate even between them; a number's spoken words are
    separate, as a speaker may pause inside "twelve thousand, four hundred"); a pause that is
-   short for the recording's rate may stay inside a word (a stop closure). Between two anchors
-   the words share the speech time by their units. The rate is measured from the audio itself,
-   never assumed.
+   short for the recording's rate may stay inside a word (a stop closure). The rate is measured
+   from the audio itself, never assumed.
+4. Between two anchors a Viterbi search places the boundaries near the words' shares of the
+   time by units, preferring energy valleys (words meet between syllables, where the level
+   dips); a word that starts with a closure (a stop, a sibilant) starts where the level falls
+   into its valley, and after a pause a word starting with a voiceless stop starts a closure's
+   length before the speech resumes.
 
-The results are estimates: on espeak-ng speech with known word boundaries the median error of
-word starts is about 20 ms and the p90 about 100 ms (``benchmarks/timing.py``, BENCHMARKS.md;
-the constants were chosen on a separate set, ``benchmarks/timing_tune.py``).
+The results are estimates: on espeak-ng speech with known word boundaries (held-out set) the
+median error of word starts is about 11-14 ms and the p90 about 70-80 ms
+(``benchmarks/timing.py``, BENCHMARKS.md; the constants were chosen on a separate set,
+``benchmarks/timing_tune.py``).
 """
 
 from __future__ import annotations
@@ -49,8 +54,6 @@ MIN_PAUSE_SECONDS = 0.08
 #: A frame is silent below max(noise floor + FLOOR_MARGIN_DB, speech level - SPEECH_RANGE_DB).
 FLOOR_MARGIN_DB = 12.0
 SPEECH_RANGE_DB = 32.0
-#: How far a word start may move to the nearest energy valley (0: not at all).
-SNAP_SECONDS = 0.03
 #: A word's spoken length in units: a vowel counts 1, a consonant CONSONANT_UNITS, a short
 #: Hindi vowel (inherent a, i, u) SHORT_VOWEL_UNITS, a nasal sign NASAL_UNITS...
 CONSONANT_UNITS = 0.65
@@ -78,7 +81,7 @@ _VIRAMA = "\u094d"
 PUNCT_BONUS = (0.0, 3.0, 4.0)
 NO_PUNCT_PAUSE_COST = 1.0
 #: Cost per second of a pause left inside a word.
-SKIP_COST = 30.0
+SKIP_COST = 10.0
 #: A pause shorter than this many units (at the recording's own rate) is cheaper to leave
 #: inside a word, in proportion.
 CLOSURE_UNITS = 4.0
@@ -349,7 +352,7 @@ def _place(
     start: float,
     end: float,
     pauses: list[tuple[float, float]],
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, float, list[tuple[int, int, float, float]]]:
     """Word starts and ends from units, punctuation classes, the speech span and its pauses.
 
     A dynamic programme assigns pauses to word boundaries; between two anchors the words share
@@ -410,6 +413,7 @@ def _place(
     chain.reverse()
     starts = np.empty(n)
     ends = np.empty(n)
+    segments = []
     for p, q in zip(chain, chain[1:], strict=False):
         t0, c0 = order[p][0], order[p][1]
         c1, t1 = order[q][1], order[q][3]
@@ -417,27 +421,166 @@ def _place(
         times = t0 + max(t1 - t0, 0.0) * seg / max(seg[-1], 1e-9)
         starts[c0:c1] = times[:-1]
         ends[c0:c1] = times[1:]
-    return starts, ends
+        segments.append((c0, c1, t0, t1))
+    return starts, ends, rate, segments
 
 
-def _snap_to_valleys(starts: np.ndarray, ends: np.ndarray, db: np.ndarray, sec: float) -> None:
-    """Move each word start that follows a word directly to the deepest energy valley nearby.
+#: Inside a run of speech, word boundaries prefer energy valleys: the cost of a boundary is
+#: less by VALLEY_WEIGHT times its valley's depth (in VALLEY_DB, at most 1); a word's length
+#: off its share by a factor x costs DURATION_WEIGHT * units * log(x) ** 2.
+VALLEY_WEIGHT = 1.0
+VALLEY_DB = 5.0
+DURATION_WEIGHT = 1.0
+#: Half width of a valley's sides (s), and how far a boundary may move from its share (units).
+VALLEY_SIDE_SECONDS = 0.08
+SEARCH_UNITS = 2.0
+#: A word that starts with a closure starts where the level falls to within EDGE_DB of its
+#: valley's lowest frame (at most EDGE_FRAMES before it).
+EDGE_DB = 3.0
+EDGE_FRAMES = 3
+_CLOSURE_ONSET = re.compile(
+    r"[ptkqbdgjcs]|[\u0915-\u091e\u091f-\u0922\u0924-\u0927\u092a-\u092d\u0936-\u0938]"
+)
 
-    Words meet between syllables, where the level dips; starts after a pause stay exact, and
-    a start moves at most ``SNAP_SECONDS``.
+
+def _valleys(db: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per frame, how deep it lies below the peaks on both sides, 0-1 (1: VALLEY_DB or more).
+
+    Also the levels smoothed over three frames, which the depths are measured on.
     """
     smooth = np.convolve(db, np.ones(3) / 3, mode="same")
-    reach = max(1, int(round(SNAP_SECONDS / sec)))
-    for i in range(1, len(starts)):
-        if ends[i - 1] < starts[i] - 1e-9:  # starts after a pause: already exact
+    w = max(1, int(round(VALLEY_SIDE_SECONDS / FRAME_SECONDS)))
+    pad = np.concatenate((np.full(w, -np.inf), smooth, np.full(w, -np.inf)))
+    win = np.lib.stride_tricks.sliding_window_view(pad, w + 1)
+    left = win[: len(smooth)].max(axis=1)
+    right = win[w : w + len(smooth)].max(axis=1)
+    depth = np.minimum(left, right) - smooth
+    return np.clip(depth / VALLEY_DB, 0.0, 1.0), smooth
+
+
+def _to_closure_starts(
+    c0: int,
+    c1: int,
+    closing: np.ndarray,
+    smooth: np.ndarray,
+    sec: float,
+    starts: np.ndarray,
+    ends: np.ndarray,
+) -> None:
+    """Move the boundaries before words that start with a closure (a stop, a sibilant).
+
+    A valley's lowest frame lies inside the closure; the word starts where the level fell into
+    it (``EDGE_DB``, ``EDGE_FRAMES``).
+    """
+    for i in range(c0 + 1, c1):
+        if not closing[i]:
             continue
-        centre = int(round(starts[i] / sec))
-        lo = max(centre - reach, int(math.ceil(starts[i - 1] / sec)) + 1)
-        hi = min(centre + reach + 1, int(ends[i] / sec), len(smooth))
-        if hi - lo < 2:
+        f = int(round(starts[i] / sec))
+        lo = int(math.floor(starts[i - 1] / sec)) + 1
+        if f >= len(smooth) or f <= lo:
             continue
-        frame = lo + int(np.argmin(smooth[lo:hi]))
-        starts[i] = ends[i - 1] = frame * sec
+        floor = smooth[f] + EDGE_DB
+        g = f
+        while g - 1 > lo and smooth[g - 1] < floor and f - g < EDGE_FRAMES:
+            g -= 1
+        starts[i] = ends[i - 1] = g * sec
+
+
+def _split_run(
+    units: np.ndarray,
+    c0: int,
+    c1: int,
+    t0: float,
+    t1: float,
+    evidence: np.ndarray,
+    sec: float,
+    starts: np.ndarray,
+    ends: np.ndarray,
+) -> None:
+    """Place the boundaries between pieces c0..c1-1 of one run of speech (t0..t1) on valleys.
+
+    A Viterbi search over 10 ms frames: each boundary within ``SEARCH_UNITS`` of its share by
+    units, a piece's length off its share costing ``DURATION_WEIGHT``, a valley's depth saving
+    ``VALLEY_WEIGHT``. Writes ``starts`` and ``ends`` of those pieces.
+    """
+    if c1 - c0 < 2 or t1 <= t0:
+        return
+    u = units[c0:c1]
+    cum = np.concatenate(([0.0], np.cumsum(u)))
+    r = (t1 - t0) / cum[-1]
+    reach = max(2, int(round(SEARCH_UNITS * r / sec)))
+    f0, f1 = t0 / sec, t1 / sec
+    prev_f = np.array([f0])
+    prev_c = np.array([0.0])
+    back = []
+    cand = []
+    for b in range(1, c1 - c0 + 1):
+        if b < c1 - c0:
+            centre = f0 + cum[b] * r / sec
+            lo = max(int(math.ceil(f0)) + 1, int(round(centre)) - reach)
+            hi = min(int(math.floor(f1)) - 1, int(round(centre)) + reach)
+            f = np.arange(lo, hi + 1, dtype=float)
+            if f.size == 0:
+                f = np.array([min(max(centre, f0), f1)])
+            ev = VALLEY_WEIGHT * evidence[np.clip(f.astype(int), 0, len(evidence) - 1)]
+        else:
+            f = np.array([f1])
+            ev = np.zeros(1)
+        d = (f[:, None] - prev_f[None, :]) * sec
+        ok = d > 0.5 * sec
+        x = np.log(np.maximum(d, 1e-4) / (u[b - 1] * r))
+        cost = prev_c[None, :] + DURATION_WEIGHT * u[b - 1] * x * x
+        cost = np.where(ok, cost, np.inf)
+        j = np.argmin(cost, axis=1)
+        prev_c = cost[np.arange(len(f)), j] - ev
+        back.append(j)
+        cand.append(f)
+        prev_f = f
+    if not np.isfinite(prev_c[0]):
+        return
+    k = 0
+    times = [t1]
+    for b in range(len(cand) - 1, 0, -1):
+        k = back[b][k]
+        times.append(cand[b - 1][k] * sec)
+    times.append(t0)
+    times.reverse()
+    starts[c0:c1] = times[:-1]
+    ends[c0:c1] = times[1:]
+
+
+#: A word starting with a voiceless stop starts with a silent closure this many units long
+#: (at the recording's rate) before its burst: after a pause, the word starts that much before
+#: the speech resumes.
+CLOSURE_ONSET_UNITS = 0.8
+_STOP_ONSET = re.compile(
+    r"ch|(?:[ptkq]|c(?![eiy]))(?!h)|[\u0915\u0916\u091a\u091b\u091f\u0920\u0924\u0925\u092a]"
+)
+
+
+def _first_sound(word: str, language: str) -> str:
+    """The start of ``word``'s spoken form (numbers and codes normalised), lower-cased."""
+    if _NEEDS_NORMALIZING.search(word):
+        try:
+            word = normalize(word, language if language in ("hi", "en") else "auto")
+        except Exception:  # noqa: BLE001 (a rule's failure must not stop timing)
+            pass
+    m = re.search(r"[^\W\d_]", word)
+    return word[m.start() : m.start() + 3].lower() if m else ""
+
+
+def _closures_before(
+    words: list[str], language: str, starts: np.ndarray, ends: np.ndarray, rate: float
+) -> None:
+    """Move the start of a word after a pause (or the first) back over its stop's closure."""
+    shift = CLOSURE_ONSET_UNITS * rate
+    for i, w in enumerate(words):
+        if i > 0 and ends[i - 1] >= starts[i] - 1e-9:
+            continue
+        if not _STOP_ONSET.match(_first_sound(w, language)):
+            continue
+        floor = ends[i - 1] if i > 0 else 0.0
+        starts[i] = max(floor, starts[i] - shift)
 
 
 def align_words(
@@ -495,12 +638,20 @@ def align_words(
         for u, c in pieces:
             units_list.append(max(u, 0.5 / len(pieces)) * FINAL_LENGTHENING[c])
             punct.append(c)
-    piece_starts, piece_ends = _place(np.array(units_list), punct, start, end, pauses)
+    units_arr = np.array(units_list)
+    piece_starts, piece_ends, rate, segments = _place(units_arr, punct, start, end, pauses)
+    if VALLEY_WEIGHT > 0:
+        evidence, smooth = _valleys(db)
+        closing = np.zeros(len(units_list), bool)
+        for w, i in zip(words, first, strict=True):
+            closing[i] = bool(_CLOSURE_ONSET.match(_first_sound(w, lang)))
+        for c0, c1, t0, t1 in segments:
+            _split_run(units_arr, c0, c1, t0, t1, evidence, sec, piece_starts, piece_ends)
+            _to_closure_starts(c0, c1, closing, smooth, sec, piece_starts, piece_ends)
     last = [*first[1:], len(units_list)]
     starts = piece_starts[first]
     ends = piece_ends[[i - 1 for i in last]]
-    if SNAP_SECONDS > 0:
-        _snap_to_valleys(starts, ends, db, sec)
+    _closures_before(words, lang, starts, ends, rate)
     return [
         WordTiming(w, round(float(s), 4), round(float(e), 4), a)
         for w, s, e, (a, _) in zip(words, starts, ends, spans, strict=True)
