@@ -203,8 +203,11 @@ def judge(
 ) -> str | None:
     """None when the context holds the played words (within one word); else what is wrong.
 
-    A word counts as played once its start played; none may be in the context that had not
-    started playing (``SLACK_S`` of slack). Whatever the timings: every sentence that played
+    A word counts as heard once its start played two transport frames (``2 * SLACK_S``)
+    before the interruption (the frame still playing, and one of the transport's clock: words
+    the engine placed closer together than that, as when it fits a sentence's last words into
+    the audio left, are one moment); none may be in the context that had not started playing
+    (``SLACK_S`` of slack). Whatever the timings: every sentence that played
     whole is in the context, and one that played ``INTO_SENTENCE_S`` seconds is in part;
     unless ``strict`` is False, only where the engine had finished that sentence's audio (its
     words are known once its audio is complete: on a machine slower than real time the
@@ -225,12 +228,15 @@ def judge(
         if finished and start + INTO_SENTENCE_S <= played < end and len(said) <= before:
             return f"{len(said)} words in context: {played - start:.1f} s of {sentence!r} played"
         before += len(sentence.split())
-    heard = sum(1 for _, start in spoken.words if start < played)
+    # ``played`` counts the frame the card took last (still playing), and the transport releases
+    # a word by its own clock, a frame apart: two frames before ``played`` were surely heard.
+    heard = sum(1 for _, start in spoken.words if start < played - 2 * SLACK_S)
     started = sum(1 for _, start in spoken.words if start < played + SLACK_S)
     if len(said) > started:
         return f"{len(said)} words in context, only {started} had started playing"
     if len(said) < heard - 1:
-        return f"{len(said)} words in context, {heard} had played"
+        near = [(w, round(start, 3)) for w, start in spoken.words[len(said) : heard]]
+        return f"{len(said)} words in context, {heard} had played ({near} missing)"
     return None
 
 
