@@ -357,6 +357,11 @@ def _place(
 
     A dynamic programme assigns pauses to word boundaries; between two anchors the words share
     the time by their units.
+
+    Returns:
+        The pieces' starts and ends (seconds), the speaking rate (seconds per unit, measured
+        from this audio) and the runs of speech between anchors as (first piece, piece after
+        the last, start, end), which ``_split_run`` refines.
     """
     n = len(units)
     cum = np.concatenate(([0.0], np.cumsum(units)))
