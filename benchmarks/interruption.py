@@ -279,13 +279,15 @@ def main(write: bool, moments: int = 50) -> str:
         rows.append(f"| {mode} | **{r['right']} of {r['moments']}** | {shown} |")
     body = "\n".join(rows) + (
         "\n\nRight (strict): the context's last assistant message holds the words whose audio had "
-        "played, within one word, and no word that had not started playing. `words`: this "
+        "played (its start two 40 ms transport frames before the interruption), within one "
+        "word, and no word that had not started playing. `words`: this "
         "service (word timestamps); `sentences`: one frame per sentence after its audio, as "
         "before (the interrupted sentence is lost). English, Hindi and mixed turns with numbers "
         "in turn, interrupted 0.1-5 s into the turn's audio, spark-tiny demo checkpoint on CPU. "
-        "A sentence's words are known once its audio is complete: where generation runs slower "
-        "than real time (a loaded CPU), a sentence interrupted while still generating has none "
-        "in the context yet (the misses of `words`)."
+        "Words come while their sentence generates (provisional words, released once the audio "
+        "past their estimated end exists): where generation runs slower than real time (a loaded "
+        "CPU), the words of the sentence playing can arrive after their audio played (the "
+        "misses of `words`)."
     )
     if write:
         update_section(
