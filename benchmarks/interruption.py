@@ -279,7 +279,8 @@ def main(write: bool, moments: int = 50) -> str:
         rows.append(f"| {mode} | **{r['right']} of {r['moments']}** | {shown} |")
     body = "\n".join(rows) + (
         "\n\nRight (strict): the context's last assistant message holds the words whose audio had "
-        "played (its start two 40 ms transport frames before the interruption), within one "
+        f"played (its start two {SLACK_S * 1000:.0f} ms transport frames before the "
+        "interruption), within one "
         "word, and no word that had not started playing. `words`: this "
         "service (word timestamps); `sentences`: one frame per sentence after its audio, as "
         "before (the interrupted sentence is lost). English, Hindi and mixed turns with numbers "
